@@ -1,0 +1,112 @@
+"""Watch the extension builds a solution makes, inside the worker.
+
+Solutions call torch's `load_inline` or `load` themselves, usually at import. The watcher wraps
+both so the harness knows which extensions were built, whether they hold CUDA code, how long
+each took and whether a failure happened inside a build (a compile error) or elsewhere.
+"""
+
+from __future__ import annotations
+
+import inspect
+import re
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+Notify = Callable[..., None]
+
+
+class NoCudaToolchain(RuntimeError):
+    """A CUDA build was asked for where torch has no CUDA or no toolkit was found."""
+
+
+@dataclass
+class Build:
+    name: str
+    cuda: bool
+    seconds: float | None = None
+
+
+class BuildWatcher:
+    """Wraps torch.utils.cpp_extension.load_inline and load for the life of the process."""
+
+    def __init__(self, notify: Notify, cuda_toolchain: str | None, log: Path | None = None) -> None:
+        self.notify = notify
+        self.cuda_toolchain = cuda_toolchain  # None, or why CUDA cannot be built here
+        self.log = log  # where the compiler's output goes (the worker's stdout)
+        self.builds: list[Build] = []
+        self.current: Build | None = None
+        self.log_offset = 0  # where the current build's output starts in the log
+
+    @property
+    def uses_cuda(self) -> bool:
+        return any(b.cuda for b in self.builds) or bool(self.current and self.current.cuda)
+
+    @property
+    def seconds(self) -> float:
+        return sum(b.seconds or 0.0 for b in self.builds)
+
+    def install(self) -> None:
+        from torch.utils import cpp_extension
+
+        for name in ("load_inline", "load"):
+            setattr(cpp_extension, name, self._wrap(getattr(cpp_extension, name), name))
+
+    def _wrap(self, original: Callable[..., Any], kind: str) -> Callable[..., Any]:
+        signature = inspect.signature(original)
+
+        def build(*args: Any, **kwargs: Any) -> Any:
+            bound = signature.bind(*args, **kwargs)
+            bound.arguments["verbose"] = True  # the compiler's own output goes to the log
+            current = Build(str(bound.arguments.get("name")), _uses_cuda(kind, bound.arguments))
+            self.current = current
+            if current.cuda and self.cuda_toolchain:
+                raise NoCudaToolchain(self.cuda_toolchain)
+            self.notify("build_start", name=current.name, cuda=current.cuda)
+            self.log_offset = self.log.stat().st_size if self.log and self.log.exists() else 0
+            start = time.perf_counter()
+            result = original(*bound.args, **bound.kwargs)
+            current.seconds = time.perf_counter() - start
+            self.builds.append(current)
+            self.current = None
+            self.notify("build_end", name=current.name, seconds=current.seconds)
+            return result
+
+        build.__doc__ = original.__doc__
+        return build
+
+    def failure(self, err: BaseException) -> str:
+        """One line for a failed build: the compiler's first error, without its build path."""
+        text = ""
+        if self.log and self.log.exists():
+            with open(self.log, "rb") as handle:
+                handle.seek(self.log_offset)
+                text = handle.read().decode(errors="replace")
+        return first_error_line(f"{text}\n{err}")
+
+
+def _uses_cuda(kind: str, arguments: dict[str, Any]) -> bool:
+    if arguments.get("with_cuda"):
+        return True
+    if kind == "load_inline":
+        return bool(arguments.get("cuda_sources"))
+    sources = arguments.get("sources") or []
+    if isinstance(sources, str):
+        sources = [sources]
+    return any(str(s).endswith((".cu", ".cuh")) for s in sources)
+
+
+_ERROR_LINE = re.compile(r"\berror\b|undefined reference|undefined symbol", re.IGNORECASE)
+_NOT_THE_CAUSE = ("FAILED:", "ninja:", "Error building", "subprocess.CalledProcessError")
+
+
+def first_error_line(text: str) -> str:
+    """The first line of `text` that names an error, else its first line; paths shortened."""
+    lines = [line.strip() for line in text.splitlines() if line.strip()]
+    chosen = next(
+        (ln for ln in lines if _ERROR_LINE.search(ln) and not ln.startswith(_NOT_THE_CAUSE)),
+        lines[0] if lines else "build failed",
+    )
+    return re.sub(r"^/\S*/", "", chosen)  # '/long/build/dir/main.cpp:3:5: error' -> 'main.cpp:...'

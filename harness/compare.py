@@ -1,0 +1,114 @@
+"""Decide whether a solution's output equals the reference's, and say where it does not.
+
+Outputs may be a tensor, a Python number, or a (nested) tuple or list of them. Each tensor must
+match in type, shape, dtype and device; integer and bool tensors must be equal exactly; for
+floating-point tensors NaN and infinity must sit at the same places (with the same sign) and the
+finite values must satisfy |actual - expected| <= atol + rtol * |expected|.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+# Default tolerances by output dtype, used when neither the problem nor the case gives one.
+DEFAULT_TOLERANCE = {
+    torch.float64: (1e-7, 1e-7),
+    torch.float32: (1e-4, 1e-4),
+    torch.float16: (1e-2, 1e-2),
+    torch.bfloat16: (2e-2, 2e-2),
+}
+FALLBACK_TOLERANCE = (1e-4, 1e-4)
+SHOWN_ELEMENTS = 5  # how many mismatching elements a report names
+
+
+def compare(
+    expected: Any, actual: Any, atol: float | None = None, rtol: float | None = None
+) -> str | None:
+    """None when `actual` matches `expected`, else a one-line report of the first difference."""
+    return _compare(expected, actual, "output", atol, rtol)
+
+
+def _compare(
+    expected: Any, actual: Any, where: str, atol: float | None, rtol: float | None
+) -> str | None:
+    if isinstance(expected, (tuple, list)):
+        if not isinstance(actual, (tuple, list)):
+            return f"{where}: expected a {type(expected).__name__}, got {_kind(actual)}"
+        if len(actual) != len(expected):
+            return f"{where}: expected {len(expected)} items, got {len(actual)}"
+        for index, (e, a) in enumerate(zip(expected, actual, strict=True)):
+            report = _compare(e, a, f"{where}[{index}]", atol, rtol)
+            if report:
+                return report
+        return None
+    if isinstance(expected, (bool, int, float)) and not isinstance(actual, torch.Tensor):
+        if not isinstance(actual, (bool, int, float)):
+            return f"{where}: expected a number, got {_kind(actual)}"
+        expected, actual = torch.tensor(expected), torch.tensor(actual)
+    if not isinstance(expected, torch.Tensor):
+        return None if expected == actual else f"{where}: expected {expected!r}, got {actual!r}"
+    if not isinstance(actual, torch.Tensor):
+        return f"{where}: expected a Tensor, got {_kind(actual)}"
+    return compare_tensors(expected, actual, where, atol, rtol)
+
+
+def _kind(value: Any) -> str:
+    return type(value).__name__
+
+
+def compare_tensors(
+    expected: torch.Tensor,
+    actual: torch.Tensor,
+    where: str = "output",
+    atol: float | None = None,
+    rtol: float | None = None,
+) -> str | None:
+    if actual.shape != expected.shape:
+        return f"{where}: shape {tuple(actual.shape)}, expected {tuple(expected.shape)}"
+    if actual.dtype != expected.dtype:
+        return f"{where}: dtype {actual.dtype}, expected {expected.dtype}"
+    if actual.device.type != expected.device.type:
+        return f"{where}: on {actual.device}, expected {expected.device}"
+    expected, actual = expected.detach().cpu(), actual.detach().cpu()
+    if expected.is_complex():  # compare real and imaginary parts as a trailing axis of 2
+        expected, actual = torch.view_as_real(expected), torch.view_as_real(actual)
+    if not expected.is_floating_point():
+        bad = actual != expected
+        return _report(where, expected, actual, bad, "exact equality") if bad.any() else None
+    default_atol, default_rtol = DEFAULT_TOLERANCE.get(expected.dtype, FALLBACK_TOLERANCE)
+    atol = default_atol if atol is None else atol
+    rtol = default_rtol if rtol is None else rtol
+    bad = ~torch.isclose(actual, expected, rtol=rtol, atol=atol, equal_nan=True)
+    if not bad.any():
+        return None
+    return _report(where, expected, actual, bad, f"atol={atol:g} rtol={rtol:g}")
+
+
+def _report(
+    where: str, expected: torch.Tensor, actual: torch.Tensor, bad: torch.Tensor, tolerance: str
+) -> str:
+    count, total = int(bad.sum()), bad.numel()
+    positions = bad.nonzero()[:SHOWN_ELEMENTS].tolist()
+    shown = "; ".join(
+        f"{list(p)} expected {expected[tuple(p)].item():.6g} got {actual[tuple(p)].item():.6g}"
+        for p in positions
+    )
+    finite = (
+        torch.isfinite(expected) & torch.isfinite(actual) if expected.is_floating_point() else bad
+    )
+    errors = ""
+    if finite.any():
+        e = expected[finite].to(torch.float64)
+        a = actual[finite].to(torch.float64)
+        diff = (a - e).abs()
+        relative = diff / e.abs().clamp_min(torch.finfo(torch.float64).tiny)
+        errors = f"; max abs err {diff.max().item():.3g}, max rel err {relative.max().item():.3g}"
+    nonfinite = int((bad & ~finite).sum()) if expected.is_floating_point() else 0
+    if nonfinite:
+        errors += f"; {nonfinite} differ in NaN/inf"
+    return (
+        f"{where}: {count} of {total} elements differ ({100 * count / total:.3g}%); "
+        f"first: {shown}{errors}; tolerance {tolerance}"
+    )

@@ -1,0 +1,133 @@
+"""Find problems and their solutions on disk.
+
+A problem is one of:
+  * a folder `problems/<name>/` holding `reference.py` (the project's own layout);
+  * any KernelBench-format `.py` file, given by path;
+  * a GPUCodeForces-style folder holding `example_torchcode.py` (the reference) and, usually,
+    `example_cudacode.py` (a solution).
+
+Solutions of problem `<name>` are the `.py` files in `solutions/<name>/` whose names do not
+start with `_`, plus a GPUCodeForces folder's `example_cudacode.py`. Discovery is a directory
+scan: adding a problem or a solution touches only its own folder.
+"""
+
+from __future__ import annotations
+
+import ast
+import difflib
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from harness.errors import UserError
+
+REFERENCE_FILE = "reference.py"
+GPUCODEFORCES_REFERENCE = "example_torchcode.py"
+GPUCODEFORCES_SOLUTION = "example_cudacode.py"
+
+
+@dataclass(frozen=True)
+class ProblemSource:
+    """Where a problem's reference and solutions live."""
+
+    name: str
+    reference: Path
+    solutions: tuple[Path, ...] = field(default=())
+
+
+def list_problems(problems_dir: Path) -> list[str]:
+    """Names of the problem folders under `problems_dir` that hold a reference."""
+    if not problems_dir.is_dir():
+        return []
+    return sorted(
+        entry.name
+        for entry in problems_dir.iterdir()
+        if entry.is_dir() and (entry / REFERENCE_FILE).is_file()
+    )
+
+
+def find_solutions(folder: Path) -> list[Path]:
+    """The solution files in `folder`, sorted by name (helpers named `_*.py` are skipped)."""
+    if not folder.is_dir():
+        return []
+    return sorted(p for p in folder.glob("*.py") if not p.name.startswith("_"))
+
+
+def resolve_problem(arg: str, problems_dir: Path, solutions_dir: Path) -> ProblemSource:
+    """Turn `--problem NAME|PATH` into a ProblemSource, or raise UserError saying what exists."""
+    path = Path(arg)
+    if path.suffix == ".py" or path.is_dir():
+        if not path.exists():
+            raise UserError(f"problem path {arg!r} does not exist")
+        return _problem_at_path(path.resolve(), solutions_dir)
+    reference = problems_dir / arg / REFERENCE_FILE
+    if reference.is_file():
+        return ProblemSource(arg, reference.resolve(), _solutions_for(arg, solutions_dir))
+    raise UserError(_unknown_problem_message(arg, list_problems(problems_dir)))
+
+
+def _problem_at_path(path: Path, solutions_dir: Path) -> ProblemSource:
+    if path.is_file():
+        return ProblemSource(path.stem, path, _solutions_for(path.stem, solutions_dir))
+    if (path / REFERENCE_FILE).is_file():
+        return ProblemSource(
+            path.name, path / REFERENCE_FILE, _solutions_for(path.name, solutions_dir)
+        )
+    if (path / GPUCODEFORCES_REFERENCE).is_file():
+        bundled = path / GPUCODEFORCES_SOLUTION
+        extra = (bundled,) if bundled.is_file() else ()
+        solutions = extra + _solutions_for(path.name, solutions_dir)
+        return ProblemSource(path.name, path / GPUCODEFORCES_REFERENCE, solutions)
+    raise UserError(
+        f"folder {str(path)!r} is not a problem: it holds neither {REFERENCE_FILE} nor "
+        f"{GPUCODEFORCES_REFERENCE}"
+    )
+
+
+def _solutions_for(name: str, solutions_dir: Path) -> tuple[Path, ...]:
+    return tuple(p.resolve() for p in find_solutions(solutions_dir / name))
+
+
+def _unknown_problem_message(arg: str, available: list[str]) -> str:
+    message = f"unknown problem {arg!r}"
+    close = difflib.get_close_matches(arg, available, n=1)
+    if close:
+        message += f" (did you mean {close[0]!r}?)"
+    listed = ", ".join(available) if available else "none"
+    return (
+        f"{message}; available: {listed}; or pass the path of a KernelBench .py file or a "
+        "problem folder"
+    )
+
+
+def missing_model_new(path: Path) -> str | None:
+    """Why `path` cannot be a solution (no top-level ModelNew, a syntax error), or None.
+
+    A static look at the source: it costs no import and no build, so a typo is reported at
+    once instead of after a multi-minute compile.
+    """
+    try:
+        tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
+    except SyntaxError as err:
+        return f"{path.name}: syntax error on line {err.lineno}: {err.msg}"
+    except (OSError, UnicodeDecodeError) as err:
+        return f"{path.name}: cannot read: {err}"
+    names = _top_level_names(tree)
+    if "ModelNew" in names:
+        return None
+    classes = [n.name for n in tree.body if isinstance(n, ast.ClassDef)]
+    found = ", ".join(classes) if classes else "no classes"
+    return f"{path.name} defines no ModelNew at top level (it defines: {found})"
+
+
+def _top_level_names(tree: ast.Module) -> set[str]:
+    names: set[str] = set()
+    for node in tree.body:
+        if isinstance(node, (ast.ClassDef, ast.FunctionDef)):
+            names.add(node.name)
+        elif isinstance(node, ast.Assign):
+            names.update(t.id for t in node.targets if isinstance(t, ast.Name))
+        elif isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name):
+            names.add(node.target.id)
+        elif isinstance(node, (ast.Import, ast.ImportFrom)):
+            names.update((a.asname or a.name).split(".")[0] for a in node.names)
+    return names

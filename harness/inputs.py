@@ -1,0 +1,58 @@
+"""Make a case's inputs from a seed and hand exact copies to the reference and the solution."""
+
+from __future__ import annotations
+
+import copy
+import random
+from typing import Any
+
+import numpy as np
+import torch
+
+from harness.loading import Case
+
+
+def seed_everything(seed: int) -> None:
+    """Seed every generator a KernelBench file may draw from: Python's, NumPy's and torch's."""
+    random.seed(seed)
+    np.random.seed(seed % 2**32)
+    torch.manual_seed(seed)
+
+
+def make_inputs(case: Case, seed: int, device: torch.device) -> list[Any]:
+    """The case's inputs drawn under `seed`, moved to `device` without changing any dtype."""
+    seed_everything(seed)
+    values = case.get_inputs()
+    if not isinstance(values, (list, tuple)):
+        raise TypeError(f"get_inputs() must return a list, not {type(values).__name__}")
+    return [replicate(v, device) for v in values]
+
+
+def make_init_inputs(case: Case, device: torch.device) -> list[Any]:
+    """The case's init inputs; tensors among them move to `device` (GPUCodeForces does so)."""
+    values = case.get_init_inputs()
+    if not isinstance(values, (list, tuple)):
+        raise TypeError(f"get_init_inputs() must return a list, not {type(values).__name__}")
+    return [replicate(v, device) if isinstance(v, torch.Tensor) else v for v in values]
+
+
+def replicate(value: Any, device: torch.device) -> Any:
+    """A copy of `value` on `device`; a tensor keeps its strides and storage offset.
+
+    `tensor.to(device)` or `clone()` would hand out a fresh, aligned tensor and so hide what a
+    case means to test: a view starting at an odd element, a transposed or overlapping view.
+    Copying the whole underlying storage and re-applying the view keeps all of that.
+    """
+    if not isinstance(value, torch.Tensor):
+        return copy.deepcopy(value)
+    if value.layout != torch.strided or value.numel() == 0:
+        return value.detach().clone().to(device)
+    storage_elements = value.untyped_storage().nbytes() // value.element_size()
+    base = torch.empty(0, dtype=value.dtype, device=value.device)
+    base.set_(value.untyped_storage(), 0, (storage_elements,), (1,))
+    moved = base.detach().to(device, copy=True)
+    return moved.as_strided(value.shape, value.stride(), value.storage_offset())
+
+
+def replicate_all(values: list[Any], device: torch.device) -> list[Any]:
+    return [replicate(v, device) for v in values]

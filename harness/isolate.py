@@ -1,0 +1,120 @@
+"""Run one job in its own spawned process, with time limits, and always come back with a result.
+
+The worker reports over a one-way pipe that only the harness writes to; whatever the solution
+prints goes to the job's log instead. Whatever happens to the worker, a compile error, an
+exception, a segfault, `os._exit`, a hang, this returns a result dict with a status.
+
+Time limits: the load step (import, where extensions usually build) and any build started later
+get `build_s`; the check and time steps get `run_s` each.
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+import signal
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from harness import status, worker
+
+POLL_S = 0.25  # how often the parent looks at the worker
+JOIN_S = 10.0  # how long a finished worker may take to exit
+
+
+@dataclass(frozen=True)
+class Limits:
+    build_s: float
+    run_s: float
+
+
+Event = dict[str, Any]
+
+
+def run_isolated(job: worker.Job, limits: Limits, on_event: Callable[[Event], None]) -> dict:
+    """Run `job` in a spawned worker; `on_event` sees phase, build and tick events."""
+    context = multiprocessing.get_context("spawn")
+    receiver, sender = context.Pipe(duplex=False)
+    process = context.Process(target=worker.main, args=(job, sender), daemon=True)
+    process.start()
+    sender.close()  # the parent keeps only the reading end, so EOF means the worker is gone
+    try:
+        return _watch(process, receiver, limits, on_event, Path(job.log_path))
+    finally:
+        if process.is_alive():
+            process.kill()
+        process.join(JOIN_S)
+        receiver.close()
+
+
+def _watch(
+    process: Any, receiver: Any, limits: Limits, on_event: Callable[[Event], None], log: Path
+) -> dict:
+    phase, phase_start, build_start = "start", time.monotonic(), None
+    while True:
+        if receiver.poll(POLL_S):
+            try:
+                message = receiver.recv()
+            except (EOFError, OSError):
+                return _died(process, log)
+            kind = message.get("kind")
+            if kind == "result":
+                message.pop("kind")
+                return message
+            if kind == "phase":
+                phase, phase_start = message["phase"], time.monotonic()
+            elif kind == "build_start":
+                build_start = time.monotonic()
+            elif kind == "build_end":
+                build_start, phase_start = None, time.monotonic()
+            on_event(message)
+        elif not process.is_alive():
+            if receiver.poll():
+                continue  # read what it sent before it exited
+            return _died(process, log)
+        building = build_start is not None or phase in ("start", "load")
+        limit = limits.build_s if building else limits.run_s
+        started = build_start if build_start is not None else phase_start
+        elapsed = time.monotonic() - started
+        if elapsed > limit:
+            process.kill()
+            step = "build" if build_start is not None else phase
+            return failure(status.TIMEOUT, f"{step} step ran past its {limit:g} s limit")
+        on_event(
+            {
+                "kind": "tick",
+                "phase": phase,
+                "building": build_start is not None,
+                "elapsed": elapsed,
+            }
+        )
+
+
+def _died(process: Any, log: Path) -> dict:
+    process.join(JOIN_S)
+    code = process.exitcode
+    if code is not None and code < 0:
+        how = f"killed by {signal.Signals(-code).name}"
+    else:
+        how = f"exited with code {code} without reporting (os._exit?)"
+    clue = last_clue(log)
+    return failure(status.CRASHED, f"worker {how}" + (f"; log ends: {clue}" if clue else ""))
+
+
+def failure(verdict: str, detail: str) -> dict:
+    return {"status": verdict, "detail": detail, "benchmarks": [], "checks": 0}
+
+
+def last_clue(log: Path, max_chars: int = 160) -> str:
+    """The most telling line near the end of a log: a fatal error, else the last error, or ''."""
+    try:
+        tail = log.read_text(errors="replace").splitlines()[-200:]
+    except OSError:
+        return ""
+    lines = [line.strip() for line in tail if line.strip() and not line.startswith("job:")]
+    fatal = [line for line in lines if line.startswith("Fatal Python error")]
+    errors = [line for line in lines if "rror" in line]
+    best = fatal[:1] or errors[-1:]
+    return best[0][:max_chars] if best else ""

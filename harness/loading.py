@@ -1,0 +1,162 @@
+"""Import reference and solution files, and read a problem's optional extras.
+
+The KernelBench contract is three names: `Model`, `get_inputs()`, `get_init_inputs()`. A problem
+may also declare, each optional with a safe default:
+
+    ATOL, RTOL   floats: the tolerance for floating-point outputs (default: by output dtype)
+    CASES        extra correctness cases, a list of dicts (keys below)
+    BENCHMARKS   extra benchmark shapes, a list of dicts (keys below)
+
+Keys of a case or benchmark dict: `name` (required, str); `init_inputs` (a list, default
+`get_init_inputs()`); `inputs` (a zero-argument callable returning the input list, default
+`get_inputs`); `atol` and `rtol` (floats, default the problem's). The defaults themselves are
+always the first case and the first benchmark, named "default".
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.util
+import sys
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+from harness.errors import UserError
+
+REQUIRED_NAMES = ("Model", "get_inputs", "get_init_inputs")
+CASE_KEYS = frozenset({"name", "init_inputs", "inputs", "atol", "rtol"})
+
+
+@dataclass(frozen=True)
+class Case:
+    """One set of init inputs and an input generator: a correctness case or a benchmark."""
+
+    name: str
+    get_init_inputs: Callable[[], list[Any]]
+    get_inputs: Callable[[], list[Any]]
+    atol: float | None = None
+    rtol: float | None = None
+
+
+@dataclass(frozen=True)
+class Problem:
+    """A loaded reference: the model class, its cases and benchmarks, its tolerances."""
+
+    name: str
+    path: Path
+    model: type
+    cases: tuple[Case, ...]
+    benchmarks: tuple[Case, ...]
+    atol: float | None
+    rtol: float | None
+
+
+def import_file(path: Path) -> ModuleType:
+    """Import the Python file at `path` as a fresh module with a unique name.
+
+    The file's folder goes on sys.path first, so a file may import its neighbours (a
+    GPUCodeForces solution imports `example_torchcode`, say). Exceptions propagate.
+    """
+    path = path.resolve()
+    digest = hashlib.sha1(str(path).encode()).hexdigest()[:10]
+    module_name = f"harness_loaded_{path.stem}_{digest}"
+    spec = importlib.util.spec_from_file_location(module_name, path)
+    if spec is None or spec.loader is None:
+        raise UserError(f"{path} cannot be imported as a Python module")
+    module = importlib.util.module_from_spec(spec)
+    folder = str(path.parent)
+    if folder not in sys.path:
+        sys.path.insert(0, folder)
+    sys.modules[module_name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+def load_problem(name: str, path: Path) -> Problem:
+    """Import a reference file and check its contract; UserError says what is missing."""
+    try:
+        module = import_file(path)
+    except UserError:
+        raise
+    except SyntaxError as err:
+        raise UserError(f"{path}: syntax error on line {err.lineno}: {err.msg}") from err
+    except Exception as err:
+        raise UserError(f"{path}: importing it raised {type(err).__name__}: {err}") from err
+    return problem_from_module(name, path, module)
+
+
+def problem_from_module(name: str, path: Path, module: ModuleType) -> Problem:
+    missing = [n for n in REQUIRED_NAMES if not hasattr(module, n)]
+    if missing:
+        raise UserError(
+            f"{path} is not a KernelBench problem: it lacks {', '.join(missing)} "
+            f"(a problem defines {', '.join(REQUIRED_NAMES)})"
+        )
+    atol = _optional_float(module, "ATOL", path)
+    rtol = _optional_float(module, "RTOL", path)
+    default = Case("default", module.get_init_inputs, module.get_inputs)
+    cases = (default, *_read_cases(module, "CASES", path, default))
+    benchmarks = (default, *_read_cases(module, "BENCHMARKS", path, default))
+    return Problem(name, path, module.Model, cases, benchmarks, atol, rtol)
+
+
+def _optional_float(module: ModuleType, attr: str, path: Path) -> float | None:
+    value = getattr(module, attr, None)
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0:
+        raise UserError(f"{path}: {attr} must be a non-negative number, not {value!r}")
+    return float(value)
+
+
+def _read_cases(module: ModuleType, attr: str, path: Path, default: Case) -> list[Case]:
+    entries = getattr(module, attr, None)
+    if entries is None:
+        return []
+    if not isinstance(entries, (list, tuple)):
+        raise UserError(f"{path}: {attr} must be a list of dicts, not {type(entries).__name__}")
+    names = {default.name}
+    cases = []
+    for index, entry in enumerate(entries):
+        where = f"{path}: {attr}[{index}]"
+        case = _read_case(entry, where, default)
+        if case.name in names:
+            raise UserError(f"{where}: the name {case.name!r} is used twice")
+        names.add(case.name)
+        cases.append(case)
+    return cases
+
+
+def _read_case(entry: object, where: str, default: Case) -> Case:
+    if not isinstance(entry, dict):
+        raise UserError(f"{where} must be a dict, not {type(entry).__name__}")
+    unknown = sorted(set(entry) - CASE_KEYS)
+    if unknown:
+        raise UserError(
+            f"{where} has unknown key(s) {', '.join(unknown)} "
+            f"(allowed: {', '.join(sorted(CASE_KEYS))})"
+        )
+    name = entry.get("name")
+    if not isinstance(name, str) or not name:
+        raise UserError(f"{where} needs a 'name' string")
+    init_inputs = entry.get("init_inputs")
+    if init_inputs is not None and not isinstance(init_inputs, (list, tuple)):
+        raise UserError(f"{where}: 'init_inputs' must be a list")
+    inputs = entry.get("inputs", default.get_inputs)
+    if not callable(inputs):
+        raise UserError(f"{where}: 'inputs' must be a zero-argument callable returning a list")
+    get_init = default.get_init_inputs if init_inputs is None else _constant(list(init_inputs))
+    tolerances = {}
+    for key in ("atol", "rtol"):
+        value = entry.get(key)
+        if value is not None and (not isinstance(value, (int, float)) or value < 0):
+            raise UserError(f"{where}: {key!r} must be a non-negative number")
+        tolerances[key] = None if value is None else float(value)
+    return Case(name, get_init, inputs, **tolerances)
+
+
+def _constant(values: list[Any]) -> Callable[[], list[Any]]:
+    return lambda: list(values)

@@ -1,0 +1,83 @@
+"""Describe the machine a run happens on, for the record and for the results folder's name."""
+
+from __future__ import annotations
+
+import datetime
+import os
+import platform
+import re
+import socket
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import torch
+
+
+def describe(device: torch.device, repo: Path) -> dict[str, Any]:
+    """GPU, driver, CUDA, torch, Python, host, commit and time: what a reader needs to trust."""
+    info: dict[str, Any] = {
+        "device": str(device),
+        "gpu": None,
+        "torch": torch.__version__,
+        "cuda": torch.version.cuda,
+        "python": platform.python_version(),
+        "platform": platform.platform(),
+        "cpu": _cpu_model(),
+        "host": socket.gethostname(),
+        "commit": _commit(repo),
+        "time": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+    }
+    if device.type == "cuda":
+        props = torch.cuda.get_device_properties(device)
+        info.update(
+            gpu=props.name,
+            capability=f"{props.major}.{props.minor}",
+            sm_count=props.multi_processor_count,
+            l2_bytes=props.L2_cache_size,
+            memory_bytes=props.total_memory,
+            driver=_driver_version(),
+        )
+    return info
+
+
+def slug(info: dict[str, Any]) -> str:
+    """Folder name for a machine's results: the GPU's name ('nvidia-h200'), or 'cpu'."""
+    name = info.get("gpu") or "cpu"
+    return re.sub(r"[^a-z0-9]+", "-", name.lower()).strip("-")
+
+
+def _output(*command: str) -> str | None:
+    """What `command` prints, stripped; None where it is missing, fails or hangs."""
+    try:
+        done = subprocess.run(command, capture_output=True, text=True, timeout=20, check=True)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return done.stdout.strip()
+
+
+def _driver_version() -> str | None:
+    out = _output("nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader")
+    return out.splitlines()[0] if out else None
+
+
+def _commit(repo: Path) -> str | None:
+    """The checkout's commit, marked '-dirty' when tracked files differ from it.
+
+    Where the tree is no git checkout (a copy sent to another machine), $GIT_COMMIT, if set.
+    """
+    sha = _output("git", "-C", str(repo), "rev-parse", "--short=12", "HEAD")
+    if not sha:
+        return os.environ.get("GIT_COMMIT") or None
+    changes = _output("git", "-C", str(repo), "status", "--porcelain", "--untracked-files=no")
+    return f"{sha}-dirty" if changes else sha
+
+
+def _cpu_model() -> str:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()

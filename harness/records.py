@@ -1,0 +1,77 @@
+"""The run log and atomic file writes.
+
+Every result is one JSON line appended to `results/<machine>/runs.jsonl` as soon as it is known,
+so an interrupted run keeps what it finished. Tables are rendered from that log and replace
+their files atomically (write a temporary file beside, then rename), so a reader never sees a
+half-written table. A lock file serialises runs that write the same folder at once.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import json
+import os
+import sys
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+LOG_NAME = "runs.jsonl"
+LOCK_NAME = ".lock"
+
+
+@contextlib.contextmanager
+def locked(folder: Path) -> Iterator[None]:
+    """Hold an exclusive lock on `folder` (blocks while another run holds it)."""
+    folder.mkdir(parents=True, exist_ok=True)
+    with open(folder / LOCK_NAME, "a") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
+
+
+def append(folder: Path, record: dict[str, Any]) -> None:
+    """Append one record to the folder's run log as a single JSON line."""
+    line = json.dumps(record, sort_keys=True) + "\n"
+    with locked(folder), open(folder / LOG_NAME, "a", encoding="utf-8") as log:
+        log.write(line)
+        log.flush()
+        os.fsync(log.fileno())
+
+
+def read(folder: Path) -> list[dict[str, Any]]:
+    """All records of the folder's run log, oldest first; unreadable lines are skipped."""
+    path = folder / LOG_NAME
+    if not path.exists():
+        return []
+    records, skipped = [], 0
+    for line in path.read_text(encoding="utf-8").splitlines():
+        if not line.strip():
+            continue
+        try:
+            records.append(json.loads(line))
+        except json.JSONDecodeError:
+            skipped += 1
+    if skipped:
+        print(f"warning: {path}: skipped {skipped} unreadable line(s)", file=sys.stderr)
+    return records
+
+
+def write_atomic(path: Path, text: str) -> None:
+    """Replace `path` with `text` in one step: readers see the old file or the new, never half."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with tempfile.NamedTemporaryFile(
+        "w", dir=path.parent, prefix=f".{path.name}.", suffix=".tmp", delete=False, encoding="utf-8"
+    ) as handle:
+        handle.write(text)
+        handle.flush()
+        os.fsync(handle.fileno())
+    try:
+        os.replace(handle.name, path)
+    except BaseException:
+        os.unlink(handle.name)
+        raise

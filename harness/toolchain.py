@@ -1,0 +1,83 @@
+"""The build side: the CUDA toolkit, target architectures and per-solution build folders.
+
+Solutions build themselves with torch's JIT extension builder (`load_inline` or `load`, through
+ninja). The harness only prepares the environment that builder reads:
+
+* CUDA_HOME, because torch guesses it from the `nvcc` on PATH, which is wrong where that `nvcc`
+  is a wrapper script (the link then fails on `-lcudart`);
+* TORCH_CUDA_ARCH_LIST, so code is built for the GPU that is present and not for every
+  architecture torch knows (without a GPU: a default, overridable with --arch);
+* TORCH_EXTENSIONS_DIR, one folder per solution keyed by a hash of its sources and of the
+  toolchain, so two solutions that reuse an extension name never collide, and an unchanged
+  solution is not rebuilt.
+"""
+
+from __future__ import annotations
+
+import glob
+import hashlib
+import os
+import shutil
+import sys
+from pathlib import Path
+
+DEFAULT_ARCH = "9.0"  # the H200 this project is measured on; used only when no GPU is present
+SOURCE_SUFFIXES = (".cu", ".cuh", ".cpp", ".cc", ".c", ".h", ".hpp")
+
+
+def _is_cuda_home(path: str) -> bool:
+    root = Path(path)
+    has_runtime = any((root / lib / "libcudart.so").exists() for lib in ("lib64", "lib"))
+    return (root / "bin" / "nvcc").is_file() and has_runtime
+
+
+def find_cuda_home() -> str | None:
+    """The CUDA toolkit folder (holding bin/nvcc and lib64/libcudart.so), or None."""
+    candidates = [os.environ.get("CUDA_HOME"), os.environ.get("CUDA_PATH")]
+    nvcc = shutil.which("nvcc")
+    if nvcc:
+        candidates.append(str(Path(os.path.realpath(nvcc)).parent.parent))
+    candidates.append("/usr/local/cuda")
+    candidates.extend(sorted(glob.glob("/usr/local/cuda-*"), reverse=True))
+    return next((c for c in candidates if c and _is_cuda_home(c)), None)
+
+
+def arch_list(capability: tuple[int, int] | None, override: str | None) -> str:
+    """TORCH_CUDA_ARCH_LIST to build with: --arch, else the GPU present, else env or default."""
+    if override:
+        return override
+    if capability is not None:
+        return f"{capability[0]}.{capability[1]}"
+    return os.environ.get("TORCH_CUDA_ARCH_LIST") or DEFAULT_ARCH
+
+
+def source_hash(solution: Path) -> str:
+    """sha256 of a solution file and of the C++/CUDA sources beside it (which it may `load`)."""
+    digest = hashlib.sha256()
+    siblings = sorted(p for p in solution.parent.iterdir() if p.suffix in SOURCE_SUFFIXES)
+    for path in [solution, *siblings]:
+        digest.update(path.name.encode() + b"\0" + path.read_bytes() + b"\0")
+    return digest.hexdigest()
+
+
+def build_folder(cache_dir: Path, problem: str, solution: Path, arch: str, content: str) -> Path:
+    """The solution's own build folder, keyed by its sources and the toolchain that builds it."""
+    import torch  # deferred: importing torch costs seconds and most callers already have
+
+    toolchain = f"{torch.__version__}|{torch.version.cuda}|{sys.version_info[:2]}|{arch}"
+    key = hashlib.sha256(f"{content}|{toolchain}".encode()).hexdigest()[:16]
+    return cache_dir / problem / f"{solution.stem}-{key}"
+
+
+def prepare_environment(build_dir: Path, arch: str) -> None:
+    """Point torch's extension builder at the toolkit, the architecture and the build folder.
+
+    Must run before `torch.utils.cpp_extension` is imported: it reads CUDA_HOME at import.
+    """
+    build_dir.mkdir(parents=True, exist_ok=True)
+    os.environ["TORCH_EXTENSIONS_DIR"] = str(build_dir)
+    os.environ["TORCH_CUDA_ARCH_LIST"] = arch
+    cuda_home = find_cuda_home()
+    if cuda_home:
+        os.environ["CUDA_HOME"] = cuda_home
+        os.environ["PATH"] = f"{cuda_home}/bin{os.pathsep}{os.environ.get('PATH', '')}"

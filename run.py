@@ -1,0 +1,261 @@
+"""Check and time JIT-compiled kernel solutions against PyTorch references.
+
+    python run.py --problem multilabel_margin     every solution of one problem
+    python run.py --all                           every problem under problems/
+    python run.py --problem smooth_l1 --solution path/to/mine.py
+    python run.py --list                          what there is to run
+
+Exit status: 0 when every solution that could run here ran and was correct (a CUDA solution
+skipped for lack of a GPU is not a failure); 1 when any solution failed; 2 for bad flags;
+3 for an unknown problem or an unusable file; 130 when interrupted.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from pathlib import Path
+
+from harness import loading, status
+from harness.discovery import (
+    ProblemSource,
+    list_problems,
+    missing_model_new,
+    resolve_problem,
+)
+from harness.errors import UserError
+from harness.session import REPO, Options, Session, passed
+
+EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_INPUT, EXIT_INTERRUPTED = 0, 1, 2, 3, 130
+PROBLEMS_DIR = REPO / "problems"
+SOLUTIONS_DIR = REPO / "solutions"
+
+
+class HelpFormatter(argparse.ArgumentDefaultsHelpFormatter, argparse.RawDescriptionHelpFormatter):
+    """Shows defaults where there is one, and keeps the epilog's status table as written."""
+
+    def _get_help_string(self, action: argparse.Action) -> str | None:
+        if action.default in (None, False, argparse.SUPPRESS):
+            return action.help
+        return super()._get_help_string(action)
+
+
+DESCRIPTION = """\
+Build each solution in its own process, check it against the reference on every declared
+case, time both with CUDA events (L2 flushed before each call) or, without a GPU, a wall
+clock, and record the results under <results-dir>/<machine>/."""
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    d = Options()
+    statuses = "\n".join(f"  {name:<14} {meaning}" for name, meaning in status.MEANING.items())
+    parser = argparse.ArgumentParser(
+        prog="run.py",
+        description=DESCRIPTION,
+        epilog=f"statuses:\n{statuses}\n\nexit status: 0 every solution that could run here was "
+        "correct; 1 some failed;\n  2 bad flags; 3 unknown problem or unusable file; 130 "
+        "interrupted",
+        formatter_class=HelpFormatter,
+    )
+    what = parser.add_mutually_exclusive_group(required=True)
+    what.add_argument(
+        "--problem",
+        metavar="NAME|PATH",
+        help="a problem under problems/, a KernelBench .py file, or a problem "
+        "folder (reference.py, or GPUCodeForces' example_torchcode.py)",
+    )
+    what.add_argument("--all", action="store_true", help="every problem under problems/")
+    what.add_argument("--list", action="store_true", help="list problems and solutions, then exit")
+    parser.add_argument(
+        "--solution",
+        metavar="PATH",
+        action="append",
+        type=Path,
+        help="run this solution file instead of the problem's solutions/ folder "
+        "(repeatable; needs --problem)",
+    )
+    parser.add_argument(
+        "--device",
+        default=None,
+        help="'cuda', 'cuda:N' or 'cpu' (default: cuda when a GPU is visible)",
+    )
+    parser.add_argument(
+        "--trials",
+        type=int,
+        default=d.trials,
+        help="correctness trials per case, each with a fresh seed and inputs",
+    )
+    parser.add_argument("--seed", type=int, default=d.seed, help="base seed of the trials")
+    parser.add_argument("--warmup", type=int, default=d.warmup, help="untimed calls first")
+    parser.add_argument("--reps", type=int, default=d.reps, help="timed calls per measurement")
+    parser.add_argument(
+        "--timeout",
+        type=float,
+        default=d.timeout_s,
+        metavar="SECONDS",
+        help="limit for each of the check and time steps of a solution",
+    )
+    parser.add_argument(
+        "--build-timeout",
+        type=float,
+        default=d.build_timeout_s,
+        metavar="SECONDS",
+        help="limit for importing (building) a solution",
+    )
+    parser.add_argument(
+        "--arch",
+        default=d.arch,
+        help="TORCH_CUDA_ARCH_LIST to build for (default: the GPU present; "
+        "without one, $TORCH_CUDA_ARCH_LIST or 9.0)",
+    )
+    parser.add_argument(
+        "--atol", type=float, default=d.atol, help="absolute tolerance, overriding the problem's"
+    )
+    parser.add_argument(
+        "--rtol", type=float, default=d.rtol, help="relative tolerance, overriding the problem's"
+    )
+    parser.add_argument(
+        "--results-dir",
+        type=Path,
+        default=_relative(d.results_dir),
+        help="where tables and the run log go (a folder per machine inside)",
+    )
+    parser.add_argument(
+        "--build-dir",
+        type=Path,
+        default=_relative(d.cache_dir),
+        help="cache of built extensions, a folder per solution content",
+    )
+    parser.add_argument(
+        "--log-dir",
+        type=Path,
+        default=_relative(d.log_dir),
+        help="full log of every solution's worker, a folder per run",
+    )
+    args = parser.parse_args(argv)
+    if args.solution and not args.problem:
+        parser.error("--solution needs --problem (which reference should it be checked against?)")
+    for name in ("trials", "reps"):
+        if getattr(args, name) < 1:
+            parser.error(f"--{name} must be at least 1")
+    if args.warmup < 0:
+        parser.error("--warmup must be 0 or more")
+    return args
+
+
+def _relative(path: Path) -> Path:
+    """A default path as the user would type it from where they stand."""
+    return Path(os.path.relpath(path))
+
+
+def pick_device(requested: str | None) -> str:
+    import torch
+
+    if requested is None:
+        return "cuda" if torch.cuda.is_available() else "cpu"
+    if requested.startswith("cuda"):
+        if not torch.cuda.is_available():
+            raise UserError(
+                f"--device {requested}: no CUDA device is visible here; use --device cpu"
+            )
+        index = int(requested.partition(":")[2] or 0)
+        if index >= torch.cuda.device_count():
+            raise UserError(
+                f"--device {requested}: only {torch.cuda.device_count()} CUDA device(s) visible"
+            )
+        return f"cuda:{index}"
+    if requested != "cpu":
+        raise UserError(f"--device {requested!r}: use 'cuda', 'cuda:N' or 'cpu'")
+    return requested
+
+
+def chosen_problems(args: argparse.Namespace) -> list[tuple[ProblemSource, list[Path]]]:
+    """The problems to run, each with the solution files to run on it."""
+    if args.all:
+        sources = [
+            resolve_problem(n, PROBLEMS_DIR, SOLUTIONS_DIR) for n in list_problems(PROBLEMS_DIR)
+        ]
+        if not sources:
+            raise UserError(f"no problems found under {PROBLEMS_DIR}")
+        return [(s, list(s.solutions)) for s in sources]
+    source = resolve_problem(args.problem, PROBLEMS_DIR, SOLUTIONS_DIR)
+    if args.solution:
+        for path in args.solution:
+            if not path.is_file():
+                raise UserError(f"--solution {path}: no such file")
+            reason = missing_model_new(path)
+            if reason:
+                raise UserError(f"--solution {path}: {reason}")
+        return [(source, [p.resolve() for p in args.solution])]
+    if not source.solutions:
+        raise UserError(
+            f"problem {source.name!r} has no solutions: add a .py file defining ModelNew to "
+            f"{SOLUTIONS_DIR / source.name}/ or pass --solution PATH"
+        )
+    return [(source, list(source.solutions))]
+
+
+def list_everything() -> int:
+    rows = []
+    for name in list_problems(PROBLEMS_DIR):
+        source = resolve_problem(name, PROBLEMS_DIR, SOLUTIONS_DIR)
+        problem = loading.load_problem(name, source.reference)
+        solutions = ", ".join(p.stem for p in source.solutions) or "(none)"
+        rows.append((name, len(problem.cases), len(problem.benchmarks), solutions))
+    from tabulate import tabulate
+
+    print(tabulate(rows, headers=["problem", "cases", "benchmarks", "solutions"]))
+    return EXIT_OK
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    try:
+        if args.list:
+            return list_everything()
+        work = chosen_problems(args)
+        options = Options(
+            device=pick_device(args.device),
+            trials=args.trials,
+            seed=args.seed,
+            warmup=args.warmup,
+            reps=args.reps,
+            timeout_s=args.timeout,
+            build_timeout_s=args.build_timeout,
+            arch=args.arch,
+            atol=args.atol,
+            rtol=args.rtol,
+            results_dir=args.results_dir.resolve(),
+            cache_dir=args.build_dir.resolve(),
+            log_dir=args.log_dir.resolve(),
+        )
+        session = Session(options)
+        return run_all(session, work)
+    except UserError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return EXIT_INPUT
+    except KeyboardInterrupt:
+        print("\ninterrupted: results recorded before the interrupt are kept", file=sys.stderr)
+        return EXIT_INTERRUPTED
+
+
+def run_all(session: Session, work: list[tuple[ProblemSource, list[Path]]]) -> int:
+    code = EXIT_OK
+    for source, solutions in work:
+        try:
+            done = session.run_problem(source, solutions)
+        except UserError as err:  # with --all, one broken problem does not stop the others
+            print(f"error: {err}", file=sys.stderr)
+            code = EXIT_INPUT
+            continue
+        table = session.folder / f"{source.name}.md"
+        print(table.read_text(encoding="utf-8"))
+        print(f"written: {table} and {table.with_suffix('.csv').name}\n")
+        if not all(passed(r) for r in done) and code == EXIT_OK:
+            code = EXIT_FAILED
+    return code
+
+
+if __name__ == "__main__":
+    sys.exit(main())

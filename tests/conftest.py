@@ -1,0 +1,70 @@
+"""Shared fixtures: the toy problem, its solutions, and a CLI runner writing to a temp folder."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import torch
+
+import run
+
+REPO = Path(__file__).resolve().parent.parent
+FIXTURES = REPO / "tests" / "fixtures"
+TOY = FIXTURES / "toy"
+TOY_SOLUTIONS = FIXTURES / "toy_solutions"
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    if torch.cuda.is_available():
+        return
+    skip = pytest.mark.skip(reason="needs a CUDA device")
+    for item in items:
+        if "gpu" in item.keywords:
+            item.add_marker(skip)
+
+
+def toy_solution(name: str) -> str:
+    return str(TOY_SOLUTIONS / f"{name}.py")
+
+
+class CliRun:
+    """Calls run.main with results, logs and builds kept under one temp folder."""
+
+    def __init__(self, root: Path, build_dir: Path) -> None:
+        self.root = root
+        self.build_dir = build_dir
+
+    def __call__(self, *args: str) -> int:
+        return run.main(
+            [
+                *args,
+                "--results-dir",
+                str(self.root / "results"),
+                "--log-dir",
+                str(self.root / "logs"),
+                "--build-dir",
+                str(self.build_dir),
+            ]
+        )
+
+    def records(self) -> list[dict]:
+        logs = list((self.root / "results").glob("*/runs.jsonl"))
+        return [json.loads(line) for log in logs for line in log.read_text().splitlines()]
+
+    def record(self, solution: str) -> dict:
+        matching = [r for r in self.records() if r["solution"] == solution]
+        assert matching, f"no record for {solution}"
+        return matching[-1]
+
+
+@pytest.fixture
+def cli(tmp_path: Path, request: pytest.FixtureRequest) -> CliRun:
+    # Builds are cached across test sessions, keyed by content like any other build.
+    return CliRun(tmp_path, request.config.cache.mkdir("builds"))
+
+
+@pytest.fixture(scope="module")
+def module_cli(tmp_path_factory: pytest.TempPathFactory, request: pytest.FixtureRequest) -> CliRun:
+    return CliRun(tmp_path_factory.mktemp("cli"), request.config.cache.mkdir("builds"))

@@ -1,0 +1,35 @@
+"""Real builds through torch's extension builder: one small C++ solution, and a compile error."""
+
+import pytest
+
+import run
+from tests.conftest import TOY, CliRun, toy_solution
+
+pytestmark = pytest.mark.build
+
+
+def test_cpp_solution_builds_checks_times_and_is_cached(cli: CliRun) -> None:
+    args = ["--problem", str(TOY), "--solution", toy_solution("cpp_extension"), "--reps", "5"]
+    assert cli(*args) == run.EXIT_OK
+    first = cli.record("cpp_extension")
+    assert first["status"] == "ok", first["detail"]
+    assert [b["name"] for b in first["builds"]] == ["toy_scale_add"]
+    assert first["builds"][0]["cuda"] is False
+    assert cli(*args) == run.EXIT_OK
+    second = cli.record("cpp_extension")
+    assert second["run_id"] != first["run_id"]
+    # Unchanged source, same build folder: ninja finds the module up to date, compiles nothing.
+    text = next((cli.root / "logs" / second["run_id"]).glob("*.log")).read_text()
+    assert "ninja: no work to do." in text
+    assert second["build_s"] < 10
+
+
+def test_compile_error_is_a_row_with_the_compilers_first_error(cli: CliRun) -> None:
+    args = ["--problem", str(TOY), "--solution", toy_solution("cpp_compile_error")]
+    assert cli(*args) == run.EXIT_FAILED
+    record = cli.record("cpp_compile_error")
+    assert record["status"] == "compile_error"
+    assert record["detail"].startswith("main.cpp:")
+    assert "'undefined_name' was not declared" in record["detail"].replace("‘", "'").replace(
+        "’", "'"
+    )

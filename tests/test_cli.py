@@ -1,0 +1,102 @@
+"""The command line: what it accepts, what it refuses in one line, and its exit codes."""
+
+import pytest
+import torch
+
+import run
+from tests.conftest import TOY, CliRun, toy_solution
+
+
+def test_help_documents_every_flag_and_the_statuses(capsys) -> None:
+    with pytest.raises(SystemExit) as exit_:
+        run.main(["-h"])
+    assert exit_.value.code == 0
+    text = capsys.readouterr().out
+    for flag in (
+        "--problem",
+        "--all",
+        "--list",
+        "--solution",
+        "--device",
+        "--trials",
+        "--reps",
+        "--warmup",
+        "--timeout",
+        "--build-timeout",
+        "--arch",
+        "--results-dir",
+    ):
+        assert flag in text
+    assert "compile_error" in text and "no_gpu" in text
+
+
+def test_unknown_problem_is_one_line_with_exit_3(cli: CliRun, capsys) -> None:
+    assert cli("--problem", "no_such_problem") == run.EXIT_INPUT
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("error: unknown problem 'no_such_problem'")
+    assert "multilabel_margin" in err and len(err.splitlines()) == 1
+
+
+def test_solution_without_model_new_is_refused_before_any_build(cli: CliRun, capsys) -> None:
+    assert cli("--problem", str(TOY), "--solution", toy_solution("no_model_new")) == run.EXIT_INPUT
+    err = capsys.readouterr().err.strip()
+    assert "defines no ModelNew at top level (it defines: ModelNw)" in err
+    assert not (cli.root / "results").exists()  # nothing ran, nothing recorded
+
+
+def test_solution_with_a_syntax_error_is_refused(cli: CliRun, capsys) -> None:
+    assert cli("--problem", str(TOY), "--solution", toy_solution("bad_syntax")) == run.EXIT_INPUT
+    assert "syntax error on line 3" in capsys.readouterr().err
+
+
+def test_missing_solution_file(cli: CliRun, capsys) -> None:
+    assert cli("--problem", str(TOY), "--solution", "nope.py") == run.EXIT_INPUT
+    assert "--solution nope.py: no such file" in capsys.readouterr().err
+
+
+def test_problem_without_solutions_says_where_to_put_one(cli: CliRun, capsys) -> None:
+    assert cli("--problem", str(TOY)) == run.EXIT_INPUT
+    assert "has no solutions: add a .py file defining ModelNew to" in capsys.readouterr().err
+
+
+def test_solution_needs_a_problem(capsys) -> None:
+    with pytest.raises(SystemExit) as exit_:
+        run.main(["--all", "--solution", toy_solution("good")])
+    assert exit_.value.code == run.EXIT_USAGE
+    assert "--solution needs --problem" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("flags", [["--reps", "0"], ["--trials", "0"], ["--warmup", "-1"]])
+def test_bad_counts_are_usage_errors(flags: list[str]) -> None:
+    with pytest.raises(SystemExit) as exit_:
+        run.main(["--problem", str(TOY), *flags])
+    assert exit_.value.code == run.EXIT_USAGE
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="checks the error seen without a GPU")
+def test_asking_for_cuda_without_a_gpu(cli: CliRun, capsys) -> None:
+    code = cli("--problem", str(TOY), "--solution", toy_solution("good"), "--device", "cuda")
+    assert code == run.EXIT_INPUT
+    assert "no CUDA device is visible here; use --device cpu" in capsys.readouterr().err
+
+
+def test_list_shows_problems_cases_and_solutions(capsys) -> None:
+    assert run.main(["--list"]) == run.EXIT_OK
+    out = capsys.readouterr().out
+    assert "multilabel_margin" in out and "smooth_l1" in out and "seed_cuda" in out
+
+
+def test_a_correct_solution_exits_0_and_writes_the_tables(cli: CliRun, capsys) -> None:
+    args = ["--problem", str(TOY), "--solution", toy_solution("good"), "--reps", "3"]
+    assert cli(*args) == run.EXIT_OK
+    out = capsys.readouterr().out
+    assert "| good" in out and "| ok" in out
+    folder = next((cli.root / "results").iterdir())
+    assert {p.name for p in folder.iterdir()} >= {"toy.md", "toy.csv", "runs.jsonl"}
+
+
+def test_a_second_run_keeps_what_the_first_recorded(cli: CliRun) -> None:
+    cli("--problem", str(TOY), "--solution", toy_solution("good"), "--reps", "3")
+    cli("--problem", str(TOY), "--solution", toy_solution("raises"), "--reps", "3")
+    table = next((cli.root / "results").glob("*/toy.md")).read_text()
+    assert "| good" in table and "| raises" in table

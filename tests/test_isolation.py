@@ -1,0 +1,65 @@
+"""Each solution runs in its own process: whatever it does, the run goes on with a verdict."""
+
+import pytest
+
+from tests.conftest import TOY, CliRun, toy_solution
+
+FIXTURES = ["good", "wrong_scale", "raises", "segfault", "hard_exit", "sys_exit", "hangs"]
+
+
+@pytest.fixture(scope="module")
+def toy_run(module_cli: CliRun) -> tuple[int, CliRun]:
+    args = [a for name in FIXTURES for a in ("--solution", toy_solution(name))]
+    code = module_cli(
+        "--problem", str(TOY), *args, "--timeout", "4", "--reps", "5", "--trials", "2"
+    )
+    return code, module_cli
+
+
+@pytest.mark.parametrize(
+    ("solution", "status", "detail"),
+    [
+        ("good", "ok", ""),
+        ("wrong_scale", "incorrect", "case 'scale=3', seed 1043: output: 2112 of 2112 elements"),
+        ("raises", "runtime_error", "case 'default': ValueError: deliberate failure in forward"),
+        ("segfault", "crashed", "worker killed by SIGSEGV; log ends: Fatal Python error"),
+        ("hard_exit", "crashed", "worker exited with code 7 without reporting"),
+        ("sys_exit", "crashed", "the solution called sys.exit(4)"),
+        ("hangs", "timeout", "check step ran past its 4 s limit"),
+    ],
+)
+def test_each_failure_becomes_a_row_with_a_status(
+    toy_run: tuple[int, CliRun], solution: str, status: str, detail: str
+) -> None:
+    _, cli = toy_run
+    record = cli.record(solution)
+    assert record["status"] == status
+    assert record["detail"].startswith(detail)
+    if status != "ok":
+        assert record["log"] and record["log"].endswith(f"--{solution}.log")
+
+
+def test_the_run_goes_on_and_fails_overall(toy_run: tuple[int, CliRun]) -> None:
+    code, cli = toy_run
+    assert code == 1
+    assert {r["solution"] for r in cli.records()} == set(FIXTURES)
+
+
+def test_a_good_solution_is_checked_on_every_case_and_timed_on_every_benchmark(
+    toy_run: tuple[int, CliRun],
+) -> None:
+    record = toy_run[1].record("good")
+    assert record["checks"] == 3 * 2  # three cases, two trials each
+    assert [b["name"] for b in record["benchmarks"]] == ["default", "256x256"]
+    for bench in record["benchmarks"]:
+        for role in ("reference", "solution"):
+            assert bench[role]["count"] == 5 and len(bench[role]["times_us"]) == 5
+    assert record["benchmarks"][1]["inputs"] == ["float32[256,256]"]
+
+
+def test_a_failed_solution_keeps_its_full_log(toy_run: tuple[int, CliRun]) -> None:
+    record = toy_run[1].record("raises")
+    log = toy_run[1].root / "logs"
+    text = next(log.rglob("*--raises.log")).read_text()
+    assert "ValueError: deliberate failure in forward" in text and "Traceback" in text
+    assert record["log"].endswith("--raises.log")

@@ -1,0 +1,67 @@
+"""The build environment: finding CUDA, picking architectures, keying build folders."""
+
+import os
+from pathlib import Path
+
+import pytest
+
+from harness import toolchain
+
+
+def fake_toolkit(root: Path) -> Path:
+    (root / "bin").mkdir(parents=True)
+    (root / "bin" / "nvcc").write_text("#!/bin/sh\n")
+    (root / "lib64").mkdir()
+    (root / "lib64" / "libcudart.so").write_text("")
+    return root
+
+
+def test_cuda_home_from_the_environment(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    home = fake_toolkit(tmp_path / "cuda")
+    monkeypatch.setenv("CUDA_HOME", str(home))
+    assert toolchain.find_cuda_home() == str(home)
+
+
+def test_a_wrapper_nvcc_on_path_is_not_taken_for_the_toolkit(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    wrapper_dir = tmp_path / "usr" / "local" / "bin"
+    wrapper_dir.mkdir(parents=True)
+    wrapper = wrapper_dir / "nvcc"
+    wrapper.write_text('#!/bin/sh\nexec /somewhere/else/nvcc "$@"\n')
+    wrapper.chmod(0o755)
+    monkeypatch.delenv("CUDA_HOME", raising=False)
+    monkeypatch.delenv("CUDA_PATH", raising=False)
+    monkeypatch.setenv("PATH", f"{wrapper_dir}{os.pathsep}{os.environ['PATH']}")
+    found = toolchain.find_cuda_home()
+    assert found != str(tmp_path / "usr" / "local")  # what torch itself would guess
+    assert found is None or (Path(found) / "bin" / "nvcc").is_file()
+
+
+def test_arch_list_prefers_flag_then_gpu_then_default(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("TORCH_CUDA_ARCH_LIST", raising=False)
+    assert toolchain.arch_list((9, 0), "8.0") == "8.0"
+    assert toolchain.arch_list((8, 6), None) == "8.6"
+    assert toolchain.arch_list(None, None) == toolchain.DEFAULT_ARCH
+    monkeypatch.setenv("TORCH_CUDA_ARCH_LIST", "7.5")
+    assert toolchain.arch_list(None, None) == "7.5"
+    assert toolchain.arch_list((9, 0), None) == "9.0"  # the GPU present wins over the env
+
+
+def test_build_folders_are_keyed_by_content(tmp_path: Path) -> None:
+    one, two = tmp_path / "one.py", tmp_path / "two.py"
+    same_extension = "load_inline(name='ext', cpp_sources='{}')\n"
+    one.write_text(same_extension)
+    two.write_text(same_extension + "# another solution\n")
+
+    def folder(path: Path) -> Path:
+        return toolchain.build_folder(tmp_path, "p", path, "9.0", toolchain.source_hash(path))
+
+    assert folder(one) != folder(two)  # the same extension name never shares a folder
+    assert folder(one) == folder(one)  # an unchanged solution finds its old build
+    before = folder(one)
+    (tmp_path / "kernel.cu").write_text("__global__ void k() {}\n")
+    assert folder(one) != before  # a source beside it counts too
+    assert toolchain.build_folder(tmp_path, "p", one, "8.0", "h") != toolchain.build_folder(
+        tmp_path, "p", one, "9.0", "h"
+    )

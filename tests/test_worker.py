@@ -1,0 +1,71 @@
+"""The worker's verdicts, run in this process (no spawn, no real build)."""
+
+import os
+from pathlib import Path
+
+import pytest
+from torch.utils import cpp_extension
+
+from harness import worker
+from tests.conftest import TOY, toy_solution
+
+
+@pytest.fixture
+def run_job(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+    # The worker sets these and wraps torch's builders for its process: undo that afterwards.
+    for name in ("TORCH_EXTENSIONS_DIR", "TORCH_CUDA_ARCH_LIST", "CUDA_HOME", "PATH"):
+        monkeypatch.setenv(name, os.environ.get(name, ""))
+    for name in ("load_inline", "load"):
+        monkeypatch.setattr(cpp_extension, name, getattr(cpp_extension, name))
+
+    def run(solution: str, **changes) -> tuple[dict, list[dict]]:
+        job = worker.Job(
+            problem="toy",
+            reference=str(TOY / "reference.py"),
+            solution=toy_solution(solution),
+            device="cpu",
+            trials=1,
+            seed=0,
+            warmup=0,
+            reps=2,
+            cache_dir=str(tmp_path / "b"),
+            arch="9.0",
+            log_path=str(tmp_path / "log"),
+            content_hash="h",
+        )
+        events: list[dict] = []
+        result = worker.run(job, lambda kind, **data: events.append({"kind": kind, **data}))
+        return result, events
+
+    return run
+
+
+def test_cuda_solution_without_a_toolkit_is_no_gpu_not_a_failure(run_job, monkeypatch) -> None:
+    monkeypatch.setattr(worker, "_cuda_unavailable", lambda: "no CUDA toolkit found (test)")
+    result, _ = run_job("cuda_kernel")
+    assert result["status"] == "no_gpu"
+    assert result["detail"] == "not compiled: no CUDA toolkit found (test)"
+
+
+def test_phases_are_announced_in_order(run_job) -> None:
+    result, events = run_job("good")
+    assert result["status"] == "ok"
+    assert [e["phase"] for e in events if e["kind"] == "phase"] == ["load", "check", "time"]
+
+
+def test_a_solution_that_raises_at_import_is_a_load_error(run_job, tmp_path: Path) -> None:
+    result, _ = run_job("raises_at_import")
+    assert result["status"] == "load_error"
+    assert result["detail"] == "importing it raised ImportError: no module for this"
+
+
+def test_a_wrong_constructor_is_a_load_error(run_job) -> None:
+    result, _ = run_job("wrong_constructor")
+    assert result["status"] == "load_error"
+    assert result["detail"].startswith("ModelNew(*init_inputs): TypeError:")
+
+
+def test_a_wrong_output_type_is_incorrect(run_job) -> None:
+    result, _ = run_job("returns_list")
+    assert result["status"] == "incorrect"
+    assert "output: expected a Tensor, got list" in result["detail"]
