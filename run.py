@@ -153,7 +153,7 @@ def pick_device(requested: str | None) -> str:
     import torch
 
     if requested is None:
-        return "cuda" if torch.cuda.is_available() else "cpu"
+        return "cuda:0" if torch.cuda.is_available() else "cpu"
     if requested.startswith("cuda"):
         if not torch.cuda.is_available():
             raise UserError(

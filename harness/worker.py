@@ -138,6 +138,7 @@ def _setup(job: Job) -> tuple[Problem, Any]:
         raise Verdict(status.PROBLEM_ERROR, str(err)) from err
     device = torch.device(job.device)
     if device.type == "cuda":
+        device = torch.device("cuda", device.index or 0)  # set_device needs an index
         torch.cuda.set_device(device)
     return problem, device
 
