@@ -70,8 +70,15 @@ def write_atomic(path: Path, text: str) -> None:
         handle.write(text)
         handle.flush()
         os.fsync(handle.fileno())
+    os.chmod(handle.name, 0o666 & ~_umask())  # a temporary file is private; a table is not
     try:
         os.replace(handle.name, path)
     except BaseException:
         os.unlink(handle.name)
         raise
+
+
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask

@@ -155,7 +155,7 @@ def render_markdown(problem: str, rows: list[dict[str, Any]], machine: dict[str,
         "interquartile range as a share of the median; speedup is the reference's median "
         "over the solution's, both timed in the same process.\n\n"
         f"{markdown_table(rows)}\n\n"
-        f"Newest run: {machine.get('time')}, {env}. Raw samples: `{records.LOG_NAME}`.\n"
+        f"Newest run started {machine.get('time')}, {env}. Raw samples: `{records.LOG_NAME}`.\n"
     )
 
 

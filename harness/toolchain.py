@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import glob
 import hashlib
+import importlib.util
 import os
 import shutil
 import sys
@@ -70,14 +71,34 @@ def build_folder(cache_dir: Path, problem: str, solution: Path, arch: str, conte
 
 
 def prepare_environment(build_dir: Path, arch: str) -> None:
-    """Point torch's extension builder at the toolkit, the architecture and the build folder.
-
-    Must run before `torch.utils.cpp_extension` is imported: it reads CUDA_HOME at import.
-    """
+    """Point torch's extension builder at the toolkit, the architecture and the build folder."""
     build_dir.mkdir(parents=True, exist_ok=True)
     os.environ["TORCH_EXTENSIONS_DIR"] = str(build_dir)
     os.environ["TORCH_CUDA_ARCH_LIST"] = arch
     cuda_home = find_cuda_home()
     if cuda_home:
         os.environ["CUDA_HOME"] = cuda_home
+        builder = sys.modules.get("torch.utils.cpp_extension")
+        if builder is not None:  # imported already: it read CUDA_HOME at import, so set it there
+            builder.CUDA_HOME = cuda_home  # type: ignore[attr-defined]
         os.environ["PATH"] = f"{cuda_home}/bin{os.pathsep}{os.environ.get('PATH', '')}"
+        extra = missing_library_headers(cuda_home)
+        if extra:  # CPATH comes after every -I, so the toolkit's own headers still win
+            os.environ["CPATH"] = os.pathsep.join(filter(None, [os.environ.get("CPATH"), extra]))
+
+
+def missing_library_headers(cuda_home: str) -> str | None:
+    """An include folder with cuBLAS/cuSPARSE headers, where the toolkit itself lacks them.
+
+    A bare toolkit may ship without the math libraries' headers, yet ATen/cuda/CUDAContext.h,
+    which most solutions include, includes cusparse.h and cublas_v2.h. NVIDIA's pip wheels
+    that torch installs carry them.
+    """
+    if (Path(cuda_home) / "include" / "cusparse.h").exists():
+        return None
+    spec = importlib.util.find_spec("nvidia")
+    for root in (spec.submodule_search_locations or []) if spec else []:
+        for include in sorted(Path(root).glob("*/include"), reverse=True):
+            if (include / "cusparse.h").exists():
+                return str(include)
+    return None

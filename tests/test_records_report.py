@@ -3,6 +3,7 @@
 import json
 import multiprocessing
 import os
+import stat
 from pathlib import Path
 
 import pandas as pd
@@ -76,6 +77,15 @@ def test_write_atomic_replaces_whole_or_not_at_all(tmp_path: Path, monkeypatch) 
         records.write_atomic(path, "newer")
     assert path.read_text() == "new"
     assert [p.name for p in tmp_path.iterdir()] == ["table.md"]  # no temporary file left
+
+
+def test_written_files_get_the_usual_permissions(tmp_path: Path) -> None:
+    mask = os.umask(0o022)
+    try:
+        records.write_atomic(tmp_path / "table.md", "text")
+    finally:
+        os.umask(mask)
+    assert stat.S_IMODE((tmp_path / "table.md").stat().st_mode) == 0o644
 
 
 def _append_many(folder: str, writer: int) -> None:

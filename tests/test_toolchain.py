@@ -65,3 +65,12 @@ def test_build_folders_are_keyed_by_content(tmp_path: Path) -> None:
     assert toolchain.build_folder(tmp_path, "p", one, "8.0", "h") != toolchain.build_folder(
         tmp_path, "p", one, "9.0", "h"
     )
+
+
+def test_library_headers_are_added_only_where_the_toolkit_lacks_them(tmp_path: Path) -> None:
+    bare = fake_toolkit(tmp_path / "bare")
+    (bare / "include").mkdir()
+    found = toolchain.missing_library_headers(str(bare))
+    assert found is None or (Path(found) / "cusparse.h").is_file()
+    (bare / "include" / "cusparse.h").write_text("")
+    assert toolchain.missing_library_headers(str(bare)) is None

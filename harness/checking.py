@@ -1,0 +1,125 @@
+"""Check a solution against the reference: same seed, same inputs, outputs compared.
+
+Model and ModelNew are built from the same seed in eval() mode, with the reference's matching
+parameters copied into ModelNew; each receives its own copy of the inputs; the outputs are
+compared by harness.compare. Any failure ends the check with a Verdict naming the case.
+"""
+
+from __future__ import annotations
+
+import traceback
+from collections.abc import Callable
+from typing import Any
+
+import torch
+
+from harness import status
+from harness.compare import compare
+from harness.inputs import make_init_inputs, make_inputs, replicate_all, seed_everything
+from harness.loading import Case, Problem
+
+CASE_SEED_STRIDE = 1000  # case k draws its trials from seeds seed + 1000 k + 1, 2, ...
+Tolerance = tuple[float | None, float | None]  # (atol, rtol) given on the command line
+
+
+class Verdict(Exception):
+    """Ends the job early with a status and a one-line detail."""
+
+    def __init__(self, verdict: str, detail: str) -> None:
+        super().__init__(detail)
+        self.status = verdict
+        self.detail = detail
+
+
+def check_cases(
+    problem: Problem,
+    model_new: type,
+    device: torch.device,
+    *,
+    trials: int,
+    seed: int,
+    override: Tolerance = (None, None),
+) -> int:
+    """Check every case `trials` times with fresh inputs; return the number of checks made."""
+    checks = 0
+    for index, case in enumerate(problem.cases):
+        model_seed = seed + CASE_SEED_STRIDE * index
+        models = build_models(problem, model_new, case, model_seed, device)
+        for trial in range(1, trials + 1):
+            trial_seed = model_seed + trial
+            verdict = check_once(problem, case, models, trial_seed, device, override)
+            if verdict:
+                raise Verdict(status.INCORRECT, f"case {case.name!r}, seed {trial_seed}: {verdict}")
+            checks += 1
+    return checks
+
+
+def build_models(
+    problem: Problem, model_new: type, case: Case, seed: int, device: torch.device
+) -> tuple[Any, Any]:
+    """Model and ModelNew from the same seed, with the reference's matching weights copied."""
+
+    def build(cls: type, failure: str, label: str) -> Any:
+        seed_everything(seed)  # before get_init_inputs too: it may draw weights at random
+        args = guard(status.PROBLEM_ERROR, "get_init_inputs", make_init_inputs, case, device)
+        model = guard(failure, f"{label}(*init_inputs)", cls, *args)
+        return model.to(device).eval()
+
+    reference = build(problem.model, status.PROBLEM_ERROR, "Model")
+    solution = build(model_new, status.LOAD_ERROR, "ModelNew")
+    wanted = solution.state_dict()
+    shared = {
+        key: value
+        for key, value in reference.state_dict().items()
+        if key in wanted and wanted[key].shape == value.shape
+    }
+    solution.load_state_dict(shared, strict=False)
+    return reference, solution
+
+
+def check_once(
+    problem: Problem,
+    case: Case,
+    models: tuple[Any, Any],
+    seed: int,
+    device: torch.device,
+    override: Tolerance = (None, None),
+) -> str | None:
+    """None when the solution matches the reference on the case's inputs for `seed`."""
+    reference, solution = models
+    inputs = guard(status.PROBLEM_ERROR, "get_inputs", make_inputs, case, seed, device)
+    label = f"case {case.name!r}"
+    with torch.no_grad():
+        expected = guard(status.PROBLEM_ERROR, f"{label}: Model", call, reference, inputs, device)
+        actual = guard(status.RUNTIME_ERROR, label, call, solution, inputs, device)
+    atol = _first_set(override[0], case.atol, problem.atol)
+    rtol = _first_set(override[1], case.rtol, problem.rtol)
+    return compare(expected, actual, atol, rtol)
+
+
+def call(model: Any, inputs: list[Any], device: torch.device) -> Any:
+    """Run the model on private copies of the inputs and wait for the device to finish."""
+    output = model(*replicate_all(inputs, device))
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)  # an asynchronous CUDA error surfaces here, in the call
+    return output
+
+
+def _first_set(*values: float | None) -> float | None:
+    return next((v for v in values if v is not None), None)
+
+
+def guard(failure: str, label: str, fn: Callable[..., Any], *args: Any) -> Any:
+    """Call `fn(*args)`; an exception becomes Verdict(failure, 'label: Error: message')."""
+    try:
+        return fn(*args)
+    except Verdict:
+        raise
+    except Exception as err:
+        traceback.print_exc()
+        raise Verdict(failure, f"{label}: {describe_error(err)}") from err
+
+
+def describe_error(err: BaseException) -> str:
+    lines = [line for line in str(err).strip().splitlines() if line.strip()]
+    return f"{type(err).__name__}: {lines[0] if lines else '(no message)'}"
