@@ -62,7 +62,7 @@ class Session:
         try:
             for index, solution in enumerate(solutions, start=1):
                 self.progress.start(index, len(solutions), f"{source.name}/{solution.stem}")
-                record = self._run_one(source, solution, cases=len(problem.cases))
+                record = self._run_one(source, solution, index, cases=len(problem.cases))
                 records.append(self.folder, record)
                 self.progress.finish(summary(record))
                 done.append(record)
@@ -71,8 +71,12 @@ class Session:
                 report.write_tables(self.folder, source.name)
         return done
 
-    def _run_one(self, source: ProblemSource, solution: Path, cases: int) -> dict[str, Any]:
-        log_path = self.options.log_dir / self.run_id / f"{source.name}--{solution.stem}.log"
+    def _run_one(
+        self, source: ProblemSource, solution: Path, index: int, cases: int
+    ) -> dict[str, Any]:
+        # The index keeps two files of the same name (from different folders) apart.
+        log_name = f"{index:02d}-{source.name}--{solution.stem}.log"
+        log_path = self.options.log_dir / self.run_id / log_name
         content = toolchain.source_hash(solution)
         reason = missing_model_new(solution)
         if reason:
