@@ -47,7 +47,10 @@ def check_cases(
         models = build_models(problem, model_new, case, model_seed, device)
         for trial in range(1, trials + 1):
             trial_seed = model_seed + trial
-            verdict = check_once(problem, case, models, trial_seed, device, override)
+            inputs = guard(
+                status.PROBLEM_ERROR, "get_inputs", make_inputs, case, trial_seed, device
+            )
+            verdict = check_once(problem, case, models, inputs, device, override)
             if verdict:
                 raise Verdict(status.INCORRECT, f"case {case.name!r}, seed {trial_seed}: {verdict}")
             checks += 1
@@ -81,13 +84,12 @@ def check_once(
     problem: Problem,
     case: Case,
     models: tuple[Any, Any],
-    seed: int,
+    inputs: list[Any],
     device: torch.device,
     override: Tolerance = (None, None),
 ) -> str | None:
-    """None when the solution matches the reference on the case's inputs for `seed`."""
+    """None when the solution matches the reference on `inputs` (each gets its own copy)."""
     reference, solution = models
-    inputs = guard(status.PROBLEM_ERROR, "get_inputs", make_inputs, case, seed, device)
     label = f"case {case.name!r}"
     with torch.no_grad():
         expected = guard(status.PROBLEM_ERROR, f"{label}: Model", call, reference, inputs, device)

@@ -205,11 +205,11 @@ def _time_benchmarks(
     for index, bench in enumerate(problem.benchmarks):
         seed = job.seed + BENCHMARK_SEED_OFFSET + index
         reference, solution = build_models(problem, model_new, bench, seed, device)
-        models = (reference, solution)
-        verdict = check_once(problem, bench, models, seed, device, _override(job))
+        # Drawn once: checked on, then timed on (check_once hands each model its own copy).
+        inputs = guard(status.PROBLEM_ERROR, "get_inputs", make_inputs, bench, seed, device)
+        verdict = check_once(problem, bench, (reference, solution), inputs, device, _override(job))
         if verdict:
             raise Verdict(status.INCORRECT, f"benchmark {bench.name!r}: {verdict}")
-        inputs = guard(status.PROBLEM_ERROR, "get_inputs", make_inputs, bench, seed, device)
         measured = {}
         for role, model in (("reference", reference), ("solution", solution)):
             failure = status.PROBLEM_ERROR if role == "reference" else status.RUNTIME_ERROR
