@@ -91,12 +91,54 @@ def check_once(
     """None when the solution matches the reference on `inputs` (each gets its own copy)."""
     reference, solution = models
     label = f"case {case.name!r}"
+    if case.invalid:
+        return check_refused(solution, inputs, device, label)
     with torch.no_grad():
         expected = guard(status.PROBLEM_ERROR, f"{label}: Model", call, reference, inputs, device)
         actual = guard(status.RUNTIME_ERROR, label, call, solution, inputs, device)
     atol = _first_set(override[0], case.atol, problem.atol)
     rtol = _first_set(override[1], case.rtol, problem.rtol)
     return compare(expected, actual, atol, rtol)
+
+
+def check_refused(solution: Any, inputs: list[Any], device: torch.device, label: str) -> str | None:
+    """None when the solution refuses invalid inputs: it raises, or returns a NaN somewhere.
+
+    The reference is not run (PyTorch's CUDA kernels meet invalid input with a device-side
+    assert, which ends the process's use of the GPU). A refusal that breaks the device, such as
+    the solution's own device-side assert, is a runtime error: the solution must check, or
+    return NaN, and leave the GPU usable.
+    """
+    try:
+        with torch.no_grad():
+            output = call(solution, inputs, device)
+    except Exception as err:
+        traceback.print_exc()
+        print(f"{label}: refused, as it should: {describe_error(err)}")
+        output = None
+    guard(
+        status.RUNTIME_ERROR, f"{label}: the device is unusable after invalid input", probe, device
+    )
+    if output is None or _has_nan(output):
+        return None
+    return "returned finite values for invalid input; it should raise an error or return NaN"
+
+
+def probe(device: torch.device) -> None:
+    """A trivial computation on `device`; raises when an earlier fault broke the context."""
+    value = torch.ones(1, device=device) + 1
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+    if value.item() != 2:
+        raise RuntimeError(f"1 + 1 gave {value.item()} on {device}")
+
+
+def _has_nan(output: Any) -> bool:
+    if isinstance(output, torch.Tensor):
+        return output.is_floating_point() and bool(torch.isnan(output.detach()).any())
+    if isinstance(output, (tuple, list)):
+        return any(_has_nan(item) for item in output)
+    return isinstance(output, float) and output != output
 
 
 def call(model: Any, inputs: list[Any], device: torch.device) -> Any:

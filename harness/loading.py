@@ -9,8 +9,10 @@ may also declare, each optional with a safe default:
 
 Keys of a case or benchmark dict: `name` (required, str); `init_inputs` (a list, default
 `get_init_inputs()`); `inputs` (a zero-argument callable returning the input list, default
-`get_inputs`); `atol` and `rtol` (floats, default the problem's). The defaults themselves are
-always the first case and the first benchmark, named "default".
+`get_inputs`); `atol` and `rtol` (floats, default the problem's); `invalid` (bool, cases only:
+the inputs are outside the operator's domain, so the reference is not run and the solution
+passes by raising an exception or returning NaN, leaving the device usable). The defaults
+themselves are always the first case and the first benchmark, named "default".
 """
 
 from __future__ import annotations
@@ -27,7 +29,7 @@ from typing import Any
 from harness.errors import UserError
 
 REQUIRED_NAMES = ("Model", "get_inputs", "get_init_inputs")
-CASE_KEYS = frozenset({"name", "init_inputs", "inputs", "atol", "rtol"})
+CASE_KEYS = frozenset({"name", "init_inputs", "inputs", "atol", "rtol", "invalid"})
 
 
 @dataclass(frozen=True)
@@ -39,6 +41,7 @@ class Case:
     get_inputs: Callable[[], list[Any]]
     atol: float | None = None
     rtol: float | None = None
+    invalid: bool = False  # inputs outside the operator's domain: the solution must refuse them
 
 
 @dataclass(frozen=True)
@@ -123,6 +126,8 @@ def _read_cases(module: ModuleType, attr: str, path: Path, default: Case) -> lis
     for index, entry in enumerate(entries):
         where = f"{path}: {attr}[{index}]"
         case = _read_case(entry, where, default)
+        if case.invalid and attr == "BENCHMARKS":
+            raise UserError(f"{where}: a benchmark cannot be 'invalid' (only a case can)")
         if case.name in names:
             raise UserError(f"{where}: the name {case.name!r} is used twice")
         names.add(case.name)
@@ -155,7 +160,10 @@ def _read_case(entry: object, where: str, default: Case) -> Case:
         if value is not None and (not isinstance(value, (int, float)) or value < 0):
             raise UserError(f"{where}: {key!r} must be a non-negative number")
         tolerances[key] = None if value is None else float(value)
-    return Case(name, get_init, inputs, **tolerances)
+    invalid = entry.get("invalid", False)
+    if not isinstance(invalid, bool):
+        raise UserError(f"{where}: 'invalid' must be True or False")
+    return Case(name, get_init, inputs, invalid=invalid, **tolerances)
 
 
 def _constant(values: list[Any]) -> Callable[[], list[Any]]:

@@ -1,30 +1,42 @@
 #!/usr/bin/env bash
-# Everything to verify on a lent GPU machine in one call (the `device` tool): every shipped
-# solution through `run.py --all`, then the GPU tests, then the rest of the suite; results,
-# logs and outputs are copied to $OUT. Each step has a time limit so the call ends in time.
-#   usage: GIT_COMMIT=<sha> bash scripts/gpu_session.sh
+# What to verify on a lent GPU machine (the `device` tool), in two parts that each fit in one
+# call; outputs, results and logs are copied to $OUT.
+#   GIT_COMMIT=<sha> bash scripts/gpu_session.sh run      run.py --all, then the ceilings
+#   GIT_COMMIT=<sha> bash scripts/gpu_session.sh checks   sanitizer on the fast kernels, tests
+# Each step has a time limit so that the call ends in time.
 set -uo pipefail
 export PYTHONUNBUFFERED=1
 out=${OUT:-/tmp/gpu-session}
 mkdir -p "$out"
 python=${PYTHON:-python3}
+part=${1:-run}
 
 gpu_state() {
   nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem,temperature.gpu,power.draw \
     --format=csv,noheader
 }
-{ echo "before: $(gpu_state)"; $python -c 'import torch; print("torch", torch.__version__)'; } \
-  | tee "$out/machine.txt"
+step() {  # step NAME SECONDS COMMAND...: run it, keep its output, note its exit status
+  local name=$1 limit=$2
+  shift 2
+  timeout "$limit" "$@" 2>&1 | tee "$out/$name.txt"
+  echo "$name exit: ${PIPESTATUS[0]}" | tee -a "$out/$name.txt" "$out/summary.txt"
+}
+{ echo "before $part: $(gpu_state)"; $python -c 'import torch; print("torch", torch.__version__)'; } \
+  | tee -a "$out/machine.txt"
 
-timeout 300 $python run.py --all 2>&1 | tee "$out/run-all.txt"
-echo "run.py --all exit: ${PIPESTATUS[0]}" | tee -a "$out/run-all.txt"
+if [ "$part" = run ]; then
+  step run-all 420 $python run.py --all
+  step speed-of-light 150 $python scripts/speed_of_light.py --json "$out/speed_of_light.json"
+else
+  for problem in multilabel_margin smooth_l1; do
+    for tool in memcheck racecheck; do
+      step "sanitize-$problem-$tool" 120 compute-sanitizer --tool "$tool" --error-exitcode 9 \
+        $python scripts/run_cases.py "$problem" "solutions/$problem/fast_cuda.py"
+    done
+  done
+  step pytest-gpu 200 $python -m pytest -q -rs -m gpu
+fi
 
-timeout 200 $python -m pytest -q -rs -m gpu 2>&1 | tee "$out/pytest-gpu.txt"
-echo "pytest -m gpu exit: ${PIPESTATUS[0]}" | tee -a "$out/pytest-gpu.txt"
-
-timeout 150 $python -m pytest -q -rs -m "not gpu" 2>&1 | tee "$out/pytest-rest.txt"
-echo "pytest -m 'not gpu' exit: ${PIPESTATUS[0]}" | tee -a "$out/pytest-rest.txt"
-
-echo "after: $(gpu_state)" | tee -a "$out/machine.txt"
+echo "after $part: $(gpu_state)" | tee -a "$out/machine.txt"
 tar czf "$out/results.tar.gz" results
-tar czf "$out/logs.tar.gz" logs
+[ -d logs ] && tar czf "$out/logs.tar.gz" logs

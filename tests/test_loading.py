@@ -77,6 +77,8 @@ BENCHMARKS = [{"name": "big", "inputs": lambda: [torch.randn(1024, 1024)]}]
         ("BENCHMARKS = ['big']", "BENCHMARKS[0] must be a dict"),
         ("ATOL = -1", "ATOL must be a non-negative number"),
         ("CASES = [{'name': 'a', 'rtol': 'x'}]", "'rtol' must be a non-negative number"),
+        ("CASES = [{'name': 'a', 'invalid': 1}]", "'invalid' must be True or False"),
+        ("BENCHMARKS = [{'name': 'a', 'invalid': True}]", "a benchmark cannot be 'invalid'"),
     ],
 )
 def test_malformed_extras_say_what_is_wrong(tmp_path: Path, extra: str, message: str) -> None:

@@ -9,8 +9,7 @@ random, so a branch mispredicts) and four partial sums run side by side. Each sa
 
 Semantics follow nn.MultiLabelMarginLoss: labels after the first -1 are ignored, a duplicated
 label counts once per occurrence, 1-D input (C,) gives 0-D results. A label outside [-1, C) is
-invalid input (PyTorch raises); here it ends the label list like -1, so nothing is read out of
-bounds.
+invalid input: like PyTorch, the whole target is checked first and such a label raises.
 """
 
 import torch
@@ -42,8 +41,7 @@ static inline float masked_hinge(float z, uint32_t keep) {
 // Hinge sum of one sample. keep: scratch of `classes` words, all ones for non-target classes.
 static double sample_hinge_sum(const float* x, const int64_t* y, int64_t classes,
                                uint32_t* keep) {
-  // Labels run up to the first entry outside [0, C): -1 ends the list, and treating any other
-  // invalid value the same way keeps every index below in bounds.
+  // Labels run up to the first -1 (every entry is in [-1, C): checked by the caller).
   int64_t count = 0;
   while (count < classes && y[count] >= 0 && y[count] < classes) {
     ++count;
@@ -95,6 +93,12 @@ torch::Tensor multilabel_margin_per_sample(torch::Tensor input, torch::Tensor ta
 
   const torch::Tensor x = input.contiguous();
   const torch::Tensor y = target.contiguous();
+  if (y.numel() > 0) {  // PyTorch checks every entry, those after the first -1 too
+    const auto [lowest, highest] = at::aminmax(y);
+    TORCH_CHECK(lowest.item<int64_t>() >= -1 && highest.item<int64_t>() < classes,
+                "multilabel_margin: target holds a label outside [-1, ", classes, "): ",
+                lowest.item<int64_t>() < -1 ? lowest.item<int64_t>() : highest.item<int64_t>());
+  }
   torch::Tensor out = at::empty({rows}, x.options());
   const float* x_data = x.data_ptr<float>();
   const int64_t* y_data = y.data_ptr<int64_t>();

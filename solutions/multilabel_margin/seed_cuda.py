@@ -8,9 +8,10 @@ sum, and thread 0 writes sum / C to a per-sample output (N,). 'mean' and 'sum' a
 call on those N values. Sums are kept in float, as PyTorch's CUDA kernel does.
 
 Semantics follow nn.MultiLabelMarginLoss: labels after the first -1 are ignored, a duplicated
-label counts once per occurrence, 1-D input (C,) gives 0-D results. A label outside [-1, C) is
-invalid input (PyTorch's CPU kernel raises); here it ends the label list like -1, so the kernel
-never reads or writes out of bounds.
+label counts once per occurrence, 1-D input (C,) gives 0-D results. A label outside [-1, C)
+before the first -1 is invalid input (PyTorch raises): the kernel reads nothing at that index
+and gives the sample a NaN loss, so 'mean' and 'sum' are NaN too. Entries after the first -1 are
+never read, so an invalid one there goes unnoticed.
 
 The cache takes 5 bytes per class. When C is too large for the default 48 KB of shared memory
 per block, the same kernel uses a scratch buffer in global memory instead.
@@ -30,6 +31,7 @@ CUDA_SOURCE = r"""
 #include <c10/cuda/CUDAException.h>
 #include <c10/cuda/CUDAGuard.h>
 #include <c10/cuda/CUDAStream.h>
+#include <math_constants.h>
 
 #include <algorithm>
 #include <cstdint>
@@ -82,6 +84,7 @@ __global__ void multilabel_margin_kernel(const float* __restrict__ input,
 
   // Label count = index of the first entry outside [0, C). Scan one block-width chunk at a time
   // so that the usual short list costs one read per thread, and stop at the chunk holding it.
+  __shared__ bool invalid;  // the list ends at a value other than -1: out of range
   if (threadIdx.x == 0) {
     label_count = classes;
   }
@@ -101,6 +104,9 @@ __global__ void multilabel_margin_kernel(const float* __restrict__ input,
     }
   }
   const int count = label_count;
+  if (threadIdx.x == 0) {
+    invalid = count < classes && y[count] != -1;
+  }
 
   for (int i = threadIdx.x; i < classes; i += blockDim.x) {
     is_target[i] = 0;
@@ -128,7 +134,7 @@ __global__ void multilabel_margin_kernel(const float* __restrict__ input,
   }
   sum = block_sum(sum, warp_sums);
   if (threadIdx.x == 0) {
-    out[row] = sum / static_cast<float>(classes);
+    out[row] = invalid ? CUDART_NAN_F : sum / static_cast<float>(classes);
   }
 }
 

@@ -1,0 +1,52 @@
+"""Cases marked invalid: the solution must refuse the input, and leave the device usable."""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import pytest
+import torch
+
+from harness import checking, status
+from harness.checking import Verdict, check_refused
+
+CPU = torch.device("cpu")
+INPUTS = [torch.tensor([1.0, -2.0, 3.0])]
+
+
+class Raises(torch.nn.Module):
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        raise ValueError("label 9 is out of range [-1, 3)")
+
+
+class ReturnsNan(torch.nn.Module):
+    def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, float]:
+        return x.sum(), math.nan  # a NaN anywhere in the output counts
+
+
+class ReturnsFinite(torch.nn.Module):
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x.abs().sum()
+
+
+@pytest.mark.parametrize("model", [Raises(), ReturnsNan()])
+def test_raising_or_nan_is_a_refusal(model: Any) -> None:
+    assert check_refused(model, INPUTS, CPU, "case 'bad'") is None
+
+
+def test_a_finite_answer_to_invalid_input_is_incorrect() -> None:
+    report = check_refused(ReturnsFinite(), INPUTS, CPU, "case 'bad'")
+    assert report is not None and "returned finite values for invalid input" in report
+
+
+def test_a_refusal_that_breaks_the_device_is_a_runtime_error(monkeypatch) -> None:
+    def broken(device: torch.device) -> None:
+        raise RuntimeError("CUDA error: device-side assert triggered")
+
+    monkeypatch.setattr(checking, "probe", broken)
+    with pytest.raises(Verdict) as err:
+        check_refused(Raises(), INPUTS, CPU, "case 'bad'")
+    assert err.value.status == status.RUNTIME_ERROR
+    assert "device is unusable after invalid input" in err.value.detail
+    assert "device-side assert" in err.value.detail
