@@ -62,13 +62,16 @@ def _driver_version() -> str | None:
 
 
 def _commit(repo: Path) -> str | None:
-    """The checkout's commit, marked '-dirty' when tracked files differ from it.
+    """$GIT_COMMIT if set, else the checkout's commit, marked '-dirty' when tracked files differ.
 
-    Where the tree is no git checkout (a copy sent to another machine), $GIT_COMMIT, if set.
+    $GIT_COMMIT comes first because a copy of the tree sent to another machine may carry a
+    stale .git folder, or none.
     """
+    if os.environ.get("GIT_COMMIT"):
+        return os.environ["GIT_COMMIT"]
     sha = _output("git", "-C", str(repo), "rev-parse", "--short=12", "HEAD")
     if not sha:
-        return os.environ.get("GIT_COMMIT") or None
+        return None
     changes = _output("git", "-C", str(repo), "status", "--porcelain", "--untracked-files=no")
     return f"{sha}-dirty" if changes else sha
 

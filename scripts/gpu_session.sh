@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # What to verify on a lent GPU machine (the `device` tool), in two parts that each fit in one
 # call; outputs, results and logs are copied to $OUT.
-#   GIT_COMMIT=<sha> bash scripts/gpu_session.sh run      run.py --all, then the ceilings
+#   GIT_COMMIT=<sha> bash scripts/gpu_session.sh run      prebuild, run.py --all, ceilings
 #   GIT_COMMIT=<sha> bash scripts/gpu_session.sh checks   sanitizer on the fast kernels, tests
 # Each step has a time limit so that the call ends in time.
 set -uo pipefail
@@ -25,14 +25,13 @@ step() {  # step NAME SECONDS COMMAND...: run it, keep its output, note its exit
   | tee -a "$out/machine.txt"
 
 if [ "$part" = run ]; then
-  step run-all 420 $python run.py --all
+  step prebuild 240 $python scripts/prebuild.py --jobs 8
+  step run-all 300 $python run.py --all
   step speed-of-light 150 $python scripts/speed_of_light.py --json "$out/speed_of_light.json"
 else
-  for problem in multilabel_margin smooth_l1; do
-    for tool in memcheck racecheck; do
-      step "sanitize-$problem-$tool" 120 compute-sanitizer --tool "$tool" --error-exitcode 9 \
-        $python scripts/run_cases.py "$problem" "solutions/$problem/fast_cuda.py"
-    done
+  for solution in multilabel_margin/fast_cuda multilabel_margin/warp_cuda smooth_l1/fast_cuda; do
+    step "memcheck-${solution//\//-}" 120 compute-sanitizer --tool memcheck --error-exitcode 9 \
+      $python scripts/run_cases.py "${solution%%/*}" "solutions/$solution.py"
   done
   step pytest-gpu 200 $python -m pytest -q -rs -m gpu
 fi

@@ -9,7 +9,9 @@ random, so a branch mispredicts) and four partial sums run side by side. Each sa
 
 Semantics follow nn.MultiLabelMarginLoss: labels after the first -1 are ignored, a duplicated
 label counts once per occurrence, 1-D input (C,) gives 0-D results. A label outside [-1, C) is
-invalid input: like PyTorch, the whole target is checked first and such a label raises.
+invalid input: like PyTorch, the whole target is checked first and such a label raises. The
+check is in Python: on the lent H200 machine (torch 2.11, its own g++), an exception thrown from
+inside this extension crashed the process instead of reaching Python.
 """
 
 import torch
@@ -93,12 +95,6 @@ torch::Tensor multilabel_margin_per_sample(torch::Tensor input, torch::Tensor ta
 
   const torch::Tensor x = input.contiguous();
   const torch::Tensor y = target.contiguous();
-  if (y.numel() > 0) {  // PyTorch checks every entry, those after the first -1 too
-    const auto [lowest, highest] = at::aminmax(y);
-    TORCH_CHECK(lowest.item<int64_t>() >= -1 && highest.item<int64_t>() < classes,
-                "multilabel_margin: target holds a label outside [-1, ", classes, "): ",
-                lowest.item<int64_t>() < -1 ? lowest.item<int64_t>() : highest.item<int64_t>());
-  }
   torch::Tensor out = at::empty({rows}, x.options());
   const float* x_data = x.data_ptr<float>();
   const int64_t* y_data = y.data_ptr<int64_t>();
@@ -136,6 +132,12 @@ class ModelNew(nn.Module):
         self.reduction = reduction
 
     def forward(self, input: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
+        classes = input.shape[-1] if input.dim() > 0 else 1
+        if target.numel() > 0:  # PyTorch checks every entry, those after the first -1 too
+            lowest, highest = torch.aminmax(target)
+            if lowest < -1 or highest >= classes:
+                bad = int(lowest) if lowest < -1 else int(highest)
+                raise ValueError(f"target holds label {bad}, outside [-1, {classes})")
         losses = _ext.multilabel_margin_per_sample(input, target)  # (N,)
         if self.reduction == "mean":
             return losses.mean()
