@@ -9,7 +9,8 @@ import pytest
 import torch
 
 from harness import checking, status
-from harness.checking import Verdict, check_refused
+from harness.checking import Verdict, check_cases, check_refused
+from harness.loading import load_problem
 
 CPU = torch.device("cpu")
 INPUTS = [torch.tensor([1.0, -2.0, 3.0])]
@@ -50,3 +51,45 @@ def test_a_refusal_that_breaks_the_device_is_a_runtime_error(monkeypatch) -> Non
     assert err.value.status == status.RUNTIME_ERROR
     assert "device is unusable after invalid input" in err.value.detail
     assert "device-side assert" in err.value.detail
+
+
+PROBLEM = """
+import torch
+
+class Model(torch.nn.Module):
+    def forward(self, x):
+        assert (x >= 0).all(), "the reference ran on invalid input"
+        return x.sqrt()
+
+def get_inputs():
+    return [torch.rand(8)]
+
+def get_init_inputs():
+    return []
+
+CASES = [{"name": "negative", "inputs": lambda: [-torch.rand(8)], "invalid": True}]
+"""
+
+
+class CheckedSqrt(torch.nn.Module):
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if (x < 0).any():
+            raise ValueError("sqrt of a negative number")
+        return x.sqrt()
+
+
+class UncheckedSqrt(torch.nn.Module):
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x.abs().sqrt()  # right on valid input, silently wrong on invalid input
+
+
+def test_invalid_cases_skip_the_reference_and_need_a_refusal(tmp_path) -> None:
+    path = tmp_path / "sqrt.py"
+    path.write_text(PROBLEM)
+    problem = load_problem("sqrt", path)
+    assert check_cases(problem, CheckedSqrt, CPU, trials=2, seed=0) == 4
+    with pytest.raises(Verdict) as err:
+        check_cases(problem, UncheckedSqrt, CPU, trials=2, seed=0)
+    assert err.value.status == status.INCORRECT
+    assert "case 'negative'" in err.value.detail
+    assert "returned finite values for invalid input" in err.value.detail
