@@ -70,6 +70,19 @@ def build_folder(cache_dir: Path, problem: str, solution: Path, arch: str, conte
     return cache_dir / problem / f"{solution.stem}-{key}"
 
 
+def use_build_cache(
+    cache_dir: Path, problem: str, solution: Path, arch: str, content: str | None = None
+) -> Path:
+    """Prepare the environment to build `solution` in its folder of the cache; return it.
+
+    `content` is the solution's source_hash when the caller has it already.
+    """
+    content = source_hash(solution) if content is None else content
+    folder = build_folder(cache_dir, problem, solution, arch, content)
+    prepare_environment(folder, arch)
+    return folder
+
+
 def prepare_environment(build_dir: Path, arch: str) -> None:
     """Point torch's extension builder at the toolkit, the architecture and the build folder."""
     build_dir.mkdir(parents=True, exist_ok=True)

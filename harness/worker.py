@@ -29,7 +29,7 @@ from harness.checking import Verdict, build_models, check_cases, check_once, des
 from harness.errors import UserError
 from harness.inputs import make_inputs
 from harness.loading import Problem, import_file, load_problem
-from harness.toolchain import build_folder, find_cuda_home, prepare_environment
+from harness.toolchain import find_cuda_home, use_build_cache
 
 BENCHMARK_SEED_OFFSET = 500_000
 
@@ -117,10 +117,9 @@ def run(job: Job, send: Send) -> dict[str, Any]:
 
 
 def _setup(job: Job) -> tuple[Problem, torch.device]:
-    folder = build_folder(
+    folder = use_build_cache(
         Path(job.cache_dir), job.problem, Path(job.solution), job.arch, job.content_hash
     )
-    prepare_environment(folder, job.arch)
     print(f"build folder: {folder}", flush=True)
     # Full float32 precision for the reference: TF32 convolutions would make it less exact than
     # the kernels it judges.

@@ -23,12 +23,11 @@ from pathlib import Path
 import torch
 sys.path.insert(0, {root!r})
 from harness.loading import import_file
-from harness.toolchain import arch_list, build_folder, prepare_environment, source_hash
+from harness.toolchain import arch_list, use_build_cache
 path = Path({path!r})
 capability = torch.cuda.get_device_capability() if torch.cuda.is_available() else None
 arch = arch_list(capability, None)
-cache = Path({root!r}) / ".cache" / "builds"
-prepare_environment(build_folder(cache, path.parent.name, path, arch, source_hash(path)), arch)
+use_build_cache(Path({root!r}) / ".cache" / "builds", path.parent.name, path, arch)
 import_file(path)
 """
 

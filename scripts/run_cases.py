@@ -22,7 +22,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from harness.inputs import make_init_inputs, make_inputs
 from harness.loading import import_file, load_problem
-from harness.toolchain import arch_list, build_folder, prepare_environment, source_hash
+from harness.toolchain import arch_list, use_build_cache
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -36,10 +36,7 @@ def main() -> int:
     device = torch.device("cuda", 0)
     arch = arch_list(torch.cuda.get_device_capability(device), None)
     solution = args.solution.resolve()
-    folder = build_folder(
-        ROOT / ".cache" / "builds", args.problem, solution, arch, source_hash(solution)
-    )
-    prepare_environment(folder, arch)
+    use_build_cache(ROOT / ".cache" / "builds", args.problem, solution, arch)
     problem = load_problem(args.problem, ROOT / "problems" / args.problem / "reference.py")
     model_new = import_file(solution).ModelNew
     failures = 0

@@ -74,3 +74,20 @@ def test_library_headers_are_added_only_where_the_toolkit_lacks_them(tmp_path: P
     assert found is None or (Path(found) / "cusparse.h").is_file()
     (bare / "include" / "cusparse.h").write_text("")
     assert toolchain.missing_library_headers(str(bare)) is None
+
+
+def test_use_build_cache_points_the_builder_at_the_solutions_folder(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The worker and the GPU-machine scripts share this, so their builds land in one cache.
+    for name in ("TORCH_EXTENSIONS_DIR", "TORCH_CUDA_ARCH_LIST", "CPATH", "PATH", "CUDA_HOME"):
+        monkeypatch.setenv(name, os.environ.get(name, ""))
+    solution = tmp_path / "sol.py"
+    solution.write_text("x = 1\n")
+    folder = toolchain.use_build_cache(tmp_path / "cache", "p", solution, "9.0")
+    expected = toolchain.build_folder(
+        tmp_path / "cache", "p", solution, "9.0", toolchain.source_hash(solution)
+    )
+    assert folder == expected and folder.is_dir()
+    assert os.environ["TORCH_EXTENSIONS_DIR"] == str(folder)
+    assert os.environ["TORCH_CUDA_ARCH_LIST"] == "9.0"
