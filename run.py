@@ -17,7 +17,8 @@ import os
 import sys
 from pathlib import Path
 
-from harness import loading, status
+from harness import diff, loading, records, rendering, status, summary
+from harness import timing as timing_module
 from harness.discovery import (
     ProblemSource,
     list_problems,
@@ -26,6 +27,7 @@ from harness.discovery import (
 )
 from harness.errors import UserError
 from harness.session import REPO, Options, Session, passed
+from harness.timing import StopRule
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_INPUT, EXIT_INTERRUPTED = 0, 1, 2, 3, 130
 PROBLEMS_DIR = REPO / "problems"
@@ -53,7 +55,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(
         prog="run.py",
         description=DESCRIPTION,
-        epilog=f"statuses:\n{statuses}\n\nexit status: 0 every solution that could run here was "
+        epilog=f"timing rule:\n{_rule_text()}\n\nstatuses:\n{statuses}\n\nexit status: 0 every "
+        "solution that could run here was "
         "correct; 1 some failed;\n  2 bad flags; 3 unknown problem or unusable file; 130 "
         "interrupted",
         formatter_class=HelpFormatter,
@@ -67,6 +70,25 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     )
     what.add_argument("--all", action="store_true", help="every problem under problems/")
     what.add_argument("--list", action="store_true", help="list problems and solutions, then exit")
+    what.add_argument(
+        "--render",
+        action="store_true",
+        help="re-render every table, chart and summary under --results-dir from the recorded "
+        "runs (no GPU needed), then exit",
+    )
+    what.add_argument(
+        "--compare",
+        nargs=2,
+        metavar=("OLD", "NEW"),
+        help="compare two recorded runs, each FOLDER[@RUN_ID or @COMMIT] (e.g. "
+        "results/nvidia-h200@81e52c2): a row is faster or slower only when its interval says so",
+    )
+    parser.add_argument(
+        "--threshold",
+        type=float,
+        default=0.02,
+        help="with --compare: a change smaller than this share counts as unchanged",
+    )
     parser.add_argument(
         "--solution",
         metavar="PATH",
@@ -87,8 +109,51 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         help="correctness trials per case, each with a fresh seed and inputs",
     )
     parser.add_argument("--seed", type=int, default=d.seed, help="base seed of the trials")
-    parser.add_argument("--warmup", type=int, default=d.warmup, help="untimed calls first")
-    parser.add_argument("--reps", type=int, default=d.reps, help="timed calls per measurement")
+    timing = parser.add_argument_group(
+        "timing", "the stopping rule (see 'timing rule' below); defaults in harness/timing.py"
+    )
+    rule = d.rule
+    timing.add_argument(
+        "--warmup-ms",
+        type=float,
+        default=rule.warmup_ms,
+        help="untimed rounds first, for this long",
+    )
+    timing.add_argument(
+        "--min-samples", type=int, default=rule.min_samples, help="samples per call, at least"
+    )
+    timing.add_argument(
+        "--max-samples", type=int, default=rule.max_samples, help="samples per call, at most"
+    )
+    timing.add_argument(
+        "--target-rse",
+        type=float,
+        default=rule.target_rse,
+        help="stop once each call's relative standard error of the mean is below this",
+    )
+    timing.add_argument(
+        "--budget-ms",
+        type=float,
+        default=rule.budget_ms,
+        help="sampling time per benchmark shape, at most (never below --min-samples)",
+    )
+    timing.add_argument(
+        "--graph",
+        action="store_true",
+        help="time CUDA-graph replays over rotated input sets (no launch overhead; for "
+        "microsecond kernels)",
+    )
+    timing.add_argument(
+        "--compile",
+        action="store_true",
+        help="also time the reference under torch.compile (compile time excluded; cached per "
+        "GPU and torch version in <machine>/baselines.jsonl)",
+    )
+    timing.add_argument(
+        "--no-baseline-cache",
+        action="store_true",
+        help="with --compile: measure the baseline again instead of using the cached one",
+    )
     parser.add_argument(
         "--timeout",
         type=float,
@@ -136,12 +201,25 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     args = parser.parse_args(argv)
     if args.solution and not args.problem:
         parser.error("--solution needs --problem (which reference should it be checked against?)")
-    for name in ("trials", "reps"):
-        if getattr(args, name) < 1:
-            parser.error(f"--{name} must be at least 1")
-    if args.warmup < 0:
-        parser.error("--warmup must be 0 or more")
+    if args.trials < 1:
+        parser.error("--trials must be at least 1")
+    try:
+        args.rule = StopRule(
+            warmup_ms=args.warmup_ms,
+            min_samples=min(args.min_samples, args.max_samples),
+            max_samples=args.max_samples,
+            target_rse=args.target_rse,
+            budget_ms=args.budget_ms,
+        )
+    except ValueError as err:
+        parser.error(f"timing flags: {err}")
     return args
+
+
+def _rule_text() -> str:
+    """The stopping rule as harness/timing.py's docstring writes it (its second paragraph)."""
+    paragraph = (timing_module.__doc__ or "").split("\n\n")[1]
+    return "\n".join("  " + line.strip() for line in paragraph.splitlines()[1:])
 
 
 def _relative(path: Path) -> Path:
@@ -214,13 +292,21 @@ def main(argv: list[str] | None = None) -> int:
     try:
         if args.list:
             return list_everything()
+        if args.render:
+            return render_everything(args.results_dir)
+        if args.compare:
+            old, new = args.compare
+            print(diff.render_comparison(old, new, threshold=args.threshold))
+            return EXIT_OK
         work = chosen_problems(args)
         options = Options(
             device=pick_device(args.device),
             trials=args.trials,
             seed=args.seed,
-            warmup=args.warmup,
-            reps=args.reps,
+            rule=args.rule,
+            graph=args.graph,
+            compile=args.compile,
+            baseline_cache=not args.no_baseline_cache,
             timeout_s=args.timeout,
             build_timeout_s=args.build_timeout,
             arch=args.arch,
@@ -240,6 +326,17 @@ def main(argv: list[str] | None = None) -> int:
         return EXIT_INTERRUPTED
 
 
+def render_everything(results_dir: Path) -> int:
+    """Re-render every table, chart and summary from the run logs under `results_dir`."""
+    folders = sorted(p.parent for p in results_dir.glob(f"*/{records.LOG_NAME}"))
+    if not folders:
+        raise UserError(f"no recorded runs under {results_dir} (no */{records.LOG_NAME})")
+    for folder in folders:
+        written = rendering.render_folder(folder)
+        print(f"rendered {folder}: {', '.join(p.name for p in written)}")
+    return EXIT_OK
+
+
 def run_all(session: Session, work: list[tuple[ProblemSource, list[Path]]]) -> int:
     code = EXIT_OK
     for source, solutions in work:
@@ -254,6 +351,11 @@ def run_all(session: Session, work: list[tuple[ProblemSource, list[Path]]]) -> i
         print(f"written: {table} and {table.with_suffix('.csv').name}\n")
         if not all(passed(r) for r in done) and code == EXIT_OK:
             code = EXIT_FAILED
+    if session.folder.joinpath(records.LOG_NAME).exists():
+        written = summary.write_summary(session.folder)
+        if len(work) > 1:  # --all ends with the summary across problems
+            print(written.read_text(encoding="utf-8"))
+        print(f"written: {written}")
     return code
 
 

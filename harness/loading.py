@@ -6,6 +6,10 @@ may also declare, each optional with a safe default:
     ATOL, RTOL   floats: the tolerance for floating-point outputs (default: by output dtype)
     CASES        extra correctness cases, a list of dicts (keys below)
     BENCHMARKS   extra benchmark shapes, a list of dicts (keys below)
+    count_bytes  count_bytes(inputs, output) -> int: the bytes the operator must move (default:
+                 every input tensor read once and every output tensor written once)
+    count_flops  count_flops(inputs, output) -> int: its floating-point operations (default:
+                 none, so no TFLOP/s column)
 
 Keys of a case or benchmark dict: `name` (required, str); `init_inputs` (a list, default
 `get_init_inputs()`); `inputs` (a zero-argument callable returning the input list, default
@@ -29,6 +33,7 @@ from typing import Any
 from harness.errors import UserError
 
 REQUIRED_NAMES = ("Model", "get_inputs", "get_init_inputs")
+COUNTERS = ("count_bytes", "count_flops")
 CASE_KEYS = frozenset({"name", "init_inputs", "inputs", "atol", "rtol", "invalid"})
 
 
@@ -55,6 +60,8 @@ class Problem:
     benchmarks: tuple[Case, ...]
     atol: float | None
     rtol: float | None
+    count_bytes: Callable[[list[Any], Any], int] | None = None
+    count_flops: Callable[[list[Any], Any], int] | None = None
 
 
 def import_file(path: Path) -> ModuleType:
@@ -103,7 +110,15 @@ def problem_from_module(name: str, path: Path, module: ModuleType) -> Problem:
     default = Case("default", module.get_init_inputs, module.get_inputs)
     cases = (default, *_read_cases(module, "CASES", path, default))
     benchmarks = (default, *_read_cases(module, "BENCHMARKS", path, default))
-    return Problem(name, path, module.Model, cases, benchmarks, atol, rtol)
+    counters = {key: _optional_callable(module, key, path) for key in COUNTERS}
+    return Problem(name, path, module.Model, cases, benchmarks, atol, rtol, **counters)
+
+
+def _optional_callable(module: ModuleType, attr: str, path: Path) -> Any:
+    value = getattr(module, attr, None)
+    if value is not None and not callable(value):
+        raise UserError(f"{path}: {attr} must be a function (inputs, output) -> int")
+    return value
 
 
 def _optional_float(module: ModuleType, attr: str, path: Path) -> float | None:

@@ -30,7 +30,7 @@ class Progress:
         self.last_shown = 0.0
 
     def start(self, index: int, total: int, label: str) -> None:
-        self.prefix = f"[{index}/{total}] {label}"
+        self.prefix = f"[{index}/{total}] {label}" if total else label
         self.doing, self.last_shown = PHASE_WORDS["start"], time.monotonic()
         self._show(self.doing, 0.0, force=self.live)
 

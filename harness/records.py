@@ -34,18 +34,19 @@ def locked(folder: Path) -> Iterator[None]:
             fcntl.flock(handle, fcntl.LOCK_UN)
 
 
-def append(folder: Path, record: dict[str, Any]) -> None:
-    """Append one record to the folder's run log as a single JSON line."""
+def append(folder: Path, record: dict[str, Any], name: str = LOG_NAME) -> None:
+    """Append one record to the folder's run log (or log `name`) as a single JSON line."""
     line = json.dumps(record, sort_keys=True) + "\n"
-    with locked(folder), open(folder / LOG_NAME, "a", encoding="utf-8") as log:
+    with locked(folder), open(folder / name, "a", encoding="utf-8") as log:
         log.write(line)
         log.flush()
         os.fsync(log.fileno())
 
 
-def read(folder: Path) -> list[dict[str, Any]]:
-    """All records of the folder's run log, oldest first; unreadable lines are skipped."""
-    path = folder / LOG_NAME
+def read(folder: Path, name: str = LOG_NAME) -> list[dict[str, Any]]:
+    """All records of the folder's run log (or log `name`), oldest first; unreadable lines
+    are skipped."""
+    path = folder / name
     if not path.exists():
         return []
     records, skipped = [], 0

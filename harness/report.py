@@ -14,8 +14,10 @@ import pandas as pd
 from tabulate import tabulate
 
 from harness import records
+from harness.stats import Interval
 
-NOTES_CHARS = 120  # a markdown cell longer than this is cut; the CSV keeps it whole
+NOTES_CHARS = 160  # a markdown cell longer than this is cut; the CSV keeps it whole
+NOISY_RSE = 0.01  # a side whose relative standard error ends above this is marked noisy
 COLUMNS = {  # column: header in the markdown table
     "solution": "solution",
     "shape": "shape",
@@ -23,14 +25,38 @@ COLUMNS = {  # column: header in the markdown table
     "median_us": "time (us)",
     "iqr_pct": "IQR",
     "n": "n",
-    "ref_median_us": "reference (us)",
-    "speedup": "speedup",
+    "ref_median_us": "eager (us)",
+    "speedup": "speedup [95% CI]",
+    "vs_compile": "vs compile",
+    "gbps": "GB/s",
+    "ceiling_pct": "of copy",
     "when": "run (UTC)",
-    "notes": "notes",  # detail and log, see notes()
+    "notes": "notes",  # detail, flags and log, see notes()
 }
 
-CSV_COLUMNS = [c for c in COLUMNS if c != "notes"] + [
+CSV_COLUMNS = [c for c in COLUMNS if c not in ("notes", "speedup", "vs_compile")] + [
+    "speedup",
+    "speedup_low",
+    "speedup_high",
+    "vs_compile",
+    "vs_compile_low",
+    "vs_compile_high",
+    "compile_median_us",
+    "compile_cached",
     "ref_iqr_pct",
+    "rse",
+    "ref_rse",
+    "stop",
+    "mode",
+    "floor_us",
+    "launch_bound",
+    "bytes",
+    "flops",
+    "tflops",
+    "sm_mhz",
+    "temp_c",
+    "throttled_samples",
+    "flags",
     "detail",
     "log",
     "solution_path",
@@ -67,21 +93,109 @@ def table_rows(problem_records: list[dict[str, Any]]) -> list[dict[str, Any]]:
         if not benchmarks:
             rows.append({**base, "shape": "-"})
         for bench in benchmarks:
-            rows.append({**base, **_timing_columns(bench)})
+            rows.append({**base, **_timing_columns(bench, record.get("ceiling"))})
     return rows
 
 
-def _timing_columns(bench: dict[str, Any]) -> dict[str, Any]:
+def _timing_columns(bench: dict[str, Any], ceiling: dict[str, Any] | None) -> dict[str, Any]:
     solution, reference = bench["solution"], bench["reference"]
-    return {
+    speedup = bench_speedup(bench)
+    columns: dict[str, Any] = {
         "shape": bench_label(bench),
         "median_us": solution["median_us"],
         "iqr_pct": 100 * solution["iqr_us"] / solution["median_us"],
         "n": solution["count"],
         "ref_median_us": reference["median_us"],
         "ref_iqr_pct": 100 * reference["iqr_us"] / reference["median_us"],
-        "speedup": reference["median_us"] / solution["median_us"],
+        "speedup": speedup.value,
+        "speedup_low": speedup.low if bench.get("speedup") else None,
+        "speedup_high": speedup.high if bench.get("speedup") else None,
+        "rse": solution.get("rse"),
+        "ref_rse": reference.get("rse"),
+        "stop": bench.get("stop"),
+        "mode": bench.get("mode"),
+        "floor_us": bench.get("floor_us"),
+        "launch_bound": bench.get("launch_bound"),
+        "bytes": bench.get("bytes"),
+        "flops": bench.get("flops"),
     }
+    columns.update(_roofline_columns(bench, ceiling))
+    columns.update(_compile_columns(bench))
+    columns.update(_state_columns(bench.get("state")))
+    columns["flags"] = "; ".join(flags(bench, columns))
+    return columns
+
+
+def _roofline_columns(bench: dict[str, Any], ceiling: dict[str, Any] | None) -> dict[str, Any]:
+    median_us = bench["solution"]["median_us"]
+    gbps = bench["bytes"] / median_us / 1e3 if bench.get("bytes") else None
+    tflops = bench["flops"] / median_us / 1e6 if bench.get("flops") else None
+    copy = (ceiling or {}).get("copy_gbps")
+    return {
+        "gbps": gbps,
+        "tflops": tflops,
+        "ceiling_pct": 100 * gbps / copy if gbps and copy else None,
+    }
+
+
+def _compile_columns(bench: dict[str, Any]) -> dict[str, Any]:
+    versus, compiled = bench.get("vs_compile"), bench.get("compile")
+    if not versus or not compiled:
+        return {}
+    return {
+        "vs_compile": versus["value"],
+        "vs_compile_low": versus["low"],
+        "vs_compile_high": versus["high"],
+        "compile_median_us": compiled["median_us"],
+        "compile_cached": compiled.get("cached"),
+    }
+
+
+def _state_columns(state: dict[str, Any] | None) -> dict[str, Any]:
+    if not state:
+        return {}
+    return {
+        "sm_mhz": "-".join(str(v) for v in sorted(set(state["sm_mhz"]))),
+        "temp_c": "-".join(str(v) for v in sorted(set(state["temp_c"]))),
+        "throttled_samples": state["throttled_samples"],
+    }
+
+
+def flags(bench: dict[str, Any], columns: dict[str, Any]) -> list[str]:
+    """What a reader must know before trusting the row's numbers."""
+    found = []
+    if columns.get("ceiling_pct") and columns["ceiling_pct"] > 100:
+        found.append(
+            f"ABOVE the copy ceiling ({columns['ceiling_pct']:.0f}%): a warm cache, a wrong "
+            "byte count, or skipped work"
+        )
+    if bench.get("launch_bound"):
+        found.append(f"launch-bound (floor {bench['floor_us']:.1f} us; try --graph)")
+    for side in ("solution", "reference"):
+        rse = bench[side].get("rse")
+        if rse is not None and rse > NOISY_RSE:
+            found.append(f"noisy {side} (RSE {100 * rse:.1f}%, stopped by {bench.get('stop')})")
+    if columns.get("throttled_samples"):
+        reasons = ", ".join(bench["state"].get("reasons") or [])
+        found.append(f"throttled: {columns['throttled_samples']} samples ({reasons})")
+    if bench.get("note"):
+        found.append(bench["note"])
+    compiled = bench.get("compile") or {}
+    if compiled.get("mismatch"):
+        found.append(f"torch.compile output differs: {compiled['mismatch']}")
+    return found
+
+
+def bench_speedup(bench: dict[str, Any]) -> Interval:
+    """A benchmark's speedup over eager PyTorch with its interval.
+
+    Records since the paired sampler carry `speedup` (median of per-round ratios, 95% interval);
+    older records give only the two medians, so their interval is the point itself.
+    """
+    if bench.get("speedup"):
+        return Interval(**bench["speedup"])
+    ratio = bench["reference"]["median_us"] / bench["solution"]["median_us"]
+    return Interval(ratio, ratio, ratio)
 
 
 def bench_label(bench: dict[str, Any]) -> str:
@@ -102,8 +216,8 @@ def _device_note(record: dict[str, Any]) -> str:
 
 
 def notes(row: dict[str, Any]) -> str:
-    """The detail, cut to NOTES_CHARS, and the log's path where the solution failed."""
-    text = row.get("detail") or ""
+    """The flags and the detail, cut to NOTES_CHARS, and the log's path where it failed."""
+    text = "; ".join(t for t in (row.get("flags"), row.get("detail")) if t)
     if len(text) > NOTES_CHARS:
         text = text[: NOTES_CHARS - 3].rstrip() + "..."
     if row["status"] != "ok" and row.get("log"):
@@ -120,8 +234,11 @@ def _short_time(stamp: str | None) -> str:
 
 def markdown_table(rows: list[dict[str, Any]]) -> str:
     shown = [[_format(column, row.get(column)) for column in COLUMNS] for row in rows]
+    ratio_at = {c: list(COLUMNS).index(c) for c in ("speedup", "vs_compile")}
     for line, row in zip(shown, rows, strict=True):
         line[-1] = notes(row)
+        for column, at in ratio_at.items():
+            line[at] = _ratio_cell(row, column)
     return tabulate(shown, headers=list(COLUMNS.values()), tablefmt="github", disable_numparse=True)
 
 
@@ -132,41 +249,78 @@ def _format(column: str, value: Any) -> str:
         return f"{value:.2f}" if value < 10 else f"{value:.1f}" if value < 1000 else f"{value:,.0f}"
     if column == "iqr_pct":
         return f"{value:.1f}%"
-    if column == "speedup":
-        return f"{value:.2f}x"
+    if column == "gbps":
+        return f"{value:,.0f}"
+    if column == "ceiling_pct":
+        return f"{value:.0f}%" + (" (!)" if value > 100 else "")
     return str(value)
 
 
-def render_markdown(problem: str, rows: list[dict[str, Any]], machine: dict[str, Any]) -> str:
+def _ratio_cell(row: dict[str, Any], column: str) -> str:
+    """'2.08x [2.05, 2.11]', or '2.08x' where no interval was recorded; '*' marks a cached
+    compile baseline."""
+    value = row.get(column)
+    if value is None or (isinstance(value, float) and pd.isna(value)):
+        return ""
+    low, high = row.get(f"{column}_low"), row.get(f"{column}_high")
+    cell = f"{value:.2f}x" + (f" [{low:.2f}, {high:.2f}]" if low is not None else "")
+    return cell + ("*" if column == "vs_compile" and row.get("compile_cached") else "")
+
+
+def render_markdown(
+    problem: str, rows: list[dict[str, Any]], newest: dict[str, Any], chart: str | None = None
+) -> str:
+    machine = newest.get("machine", {})
     where = machine.get("gpu") or f"CPU ({machine.get('cpu')})"
-    method = (
-        "CUDA events, L2 flushed before every call"
-        if machine.get("gpu")
-        else "wall clock, caches not flushed"
-    )
     env = ", ".join(
         f"{key} {machine[key]}"
         for key in ("torch", "cuda", "driver", "commit")
         if machine.get(key) is not None
     )
+    picture = f"![speedup per solution and shape]({chart})\n\n" if chart else ""
     return (
         f"# {problem} on {where}\n\n"
-        f"Latest result of each solution. Times are medians ({method}); IQR is the "
-        "interquartile range as a share of the median; speedup is the reference's median "
-        "over the solution's, both timed in the same process.\n\n"
-        f"{markdown_table(rows)}\n\n"
+        f"Latest result of each solution. {_method(newest)}\n\n"
+        f"{markdown_table(rows)}\n\n{picture}"
         f"Newest run started {machine.get('time')}, {env}. Raw samples: `{records.LOG_NAME}`.\n"
     )
 
 
-def write_tables(folder: Path, problem: str) -> tuple[Path, Path]:
-    """Re-render `<problem>.md` and `.csv` in `folder` from its run log; returns both paths."""
+def _method(newest: dict[str, Any]) -> str:
+    """How to read the table, from the newest record's settings."""
+    if not newest.get("machine", {}).get("gpu"):
+        how = "a wall clock around each call, caches not flushed"
+    elif (newest.get("settings") or {}).get("graph"):
+        how = "CUDA-graph replays over input sets larger than twice the L2, per call"
+    else:
+        how = "CUDA events around each call, L2 flushed and host time hidden before each"
+    text = (
+        f"Times are medians ({how}); IQR is the interquartile range as a share of the median; "
+        "n is the number of samples the stopping rule took (`python run.py -h`). The solution "
+        "and eager PyTorch are timed in alternating rounds in one process; speedup is the "
+        "median of the per-round ratios, with its 95% interval. "
+    )
+    ceiling = newest.get("ceiling")
+    if ceiling:
+        text += (
+            f"GB/s is the bytes the problem must move over the median time; 'of copy' is its "
+            f"share of this GPU's copy bandwidth, {ceiling['copy_gbps']:,.0f} GB/s (measured "
+            f"{ceiling.get('measured', '')[:10]}, `ceiling.json`). "
+        )
+    return text + (
+        "'vs compile' is the speedup over the reference under torch.compile (compile time "
+        "excluded; * = a baseline cached from an earlier run, `baselines.jsonl`)."
+    )
+
+
+def write_tables(folder: Path, problem: str, chart: str | None = None) -> tuple[Path, Path]:
+    """Re-render `<problem>.md` and `.csv` in `folder` from its run log; returns both paths.
+    `chart`, a file name beside them, is shown under the table."""
     with records.locked(folder):
         problem_records = latest_per_solution(records.read(folder), problem)
         rows = table_rows(problem_records)
         newest = max(problem_records, key=lambda r: r.get("time", ""), default={})
-        machine = newest.get("machine", {})
-        markdown = render_markdown(problem, rows, machine)
+        markdown = render_markdown(problem, rows, newest, chart)
         frame = pd.DataFrame(rows, columns=CSV_COLUMNS)
         md_path, csv_path = folder / f"{problem}.md", folder / f"{problem}.csv"
         records.write_atomic(md_path, markdown)

@@ -5,14 +5,25 @@ from __future__ import annotations
 import datetime
 import os
 import secrets
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from harness import isolate, machine, records, report, status, toolchain
+from harness import (
+    baselines,
+    isolate,
+    machine,
+    records,
+    rendering,
+    report,
+    roofline,
+    status,
+    toolchain,
+)
 from harness.discovery import ProblemSource, missing_model_new
 from harness.loading import load_problem
 from harness.progress import Progress
+from harness.timing import StopRule
 from harness.worker import Job
 
 REPO = Path(__file__).resolve().parent.parent
@@ -25,8 +36,10 @@ class Options:
     device: str = "cpu"
     trials: int = 5
     seed: int = 42
-    warmup: int = 10
-    reps: int = 100
+    rule: StopRule = field(default_factory=StopRule)
+    graph: bool = False
+    compile: bool = False
+    baseline_cache: bool = True
     timeout_s: float = 300.0
     build_timeout_s: float = 1800.0
     arch: str | None = None
@@ -54,21 +67,34 @@ class Session:
         stamp = datetime.datetime.now(datetime.timezone.utc).strftime("%Y%m%d-%H%M%S")
         self.run_id = f"{stamp}-{secrets.token_hex(3)}"
         self.folder = options.results_dir / machine.slug(self.machine)
+        self._ceiling: dict[str, Any] | None = None
+
+    def ceiling(self) -> dict[str, Any] | None:
+        """The GPU's copy bandwidth, from the folder's cache or measured now (None on a CPU)."""
+        if self._ceiling is None and self.device.type == "cuda":
+            self.progress.note("measuring the copy bandwidth of this GPU (cached afterwards)")
+            self._ceiling = roofline.ceiling(self.folder, self.device, self.machine)
+        return self._ceiling
 
     def run_problem(self, source: ProblemSource, solutions: list[Path]) -> list[dict[str, Any]]:
         """Check and time `solutions` of `source`; append each record; re-render the tables."""
         problem = load_problem(source.name, source.reference)  # a bad reference fails here, once
         done: list[dict[str, Any]] = []
+        ceiling = self.ceiling()
+        compiled = self._compile_baselines(source) if self.options.compile else []
         try:
             for index, solution in enumerate(solutions, start=1):
                 self.progress.start(index, len(solutions), f"{source.name}/{solution.stem}")
                 record = self._run_one(source, solution, index, cases=len(problem.cases))
+                record["ceiling"] = ceiling
+                for bench in record.get("benchmarks", []):
+                    baselines.attach(bench, compiled, self.run_id)
                 records.append(self.folder, record)
                 self.progress.finish(summary(record))
                 done.append(record)
         finally:  # on Ctrl-C too: the tables show every result recorded so far
             if done:
-                report.write_tables(self.folder, source.name)
+                rendering.render_problem(self.folder, source.name)
         return done
 
     def _run_one(
@@ -87,7 +113,7 @@ class Session:
             result = isolate.run_isolated(job, limits, self.progress.event)
         return {
             "run_id": self.run_id,
-            "time": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+            "time": _now(),
             "problem": source.name,
             "reference": _shown(source.reference),
             "solution": solution.stem,
@@ -99,13 +125,45 @@ class Session:
                 "device": self.options.device,
                 "trials": self.options.trials,
                 "seed": self.options.seed,
-                "warmup": self.options.warmup,
-                "reps": self.options.reps,
+                "rule": asdict(self.options.rule),
+                "graph": self.options.graph,
                 "arch": self.arch,
             },
             "machine": self.machine,
             **result,
         }
+
+    def _compile_baselines(self, source: ProblemSource) -> list[dict[str, Any]]:
+        """The problem's torch.compile baselines: cached ones, else measured now in a worker."""
+        reference_hash = toolchain.source_hash(source.reference)
+        context = {
+            "problem": source.name,
+            "reference_hash": reference_hash,
+            "mode": "cuda_graph" if self.options.graph else "cuda_events",
+            "gpu": self.machine.get("gpu"),
+            "torch": self.machine.get("torch"),
+        }
+        if self.device.type != "cuda":
+            context["mode"] = "wall_clock"
+        found = baselines.cached(self.folder, context) if self.options.baseline_cache else []
+        problem = load_problem(source.name, source.reference)
+        if {b.name for b in problem.benchmarks} <= {e.get("name") for e in found}:
+            self.progress.note(f"{source.name}: torch.compile baseline from {baselines.LOG_NAME}")
+            return found
+        self.progress.start(0, 0, f"{source.name}/torch.compile baseline")
+        log_path = self.options.log_dir / self.run_id / f"00-{source.name}--compile.log"
+        job = replace(
+            self._job(source, source.reference, log_path, reference_hash),
+            task="compile_baseline",
+        )
+        limits = isolate.Limits(self.options.build_timeout_s, self.options.timeout_s)
+        result = isolate.run_isolated(job, limits, self.progress.event)
+        self.progress.finish(f"{result['status']} {result.get('detail') or ''}".strip())
+        if result["status"] != status.OK:
+            return found
+        run = {"run_id": self.run_id, "time": _now(), "driver": self.machine.get("driver")}
+        baselines.store(self.folder, {**context, **run}, result["benchmarks"])
+        return baselines.cached(self.folder, context)
 
     def _job(self, source: ProblemSource, solution: Path, log_path: Path, content: str) -> Job:
         o = self.options
@@ -116,8 +174,8 @@ class Session:
             device=o.device,
             trials=o.trials,
             seed=o.seed,
-            warmup=o.warmup,
-            reps=o.reps,
+            rule=o.rule,
+            graph=o.graph,
             cache_dir=str(o.cache_dir),
             arch=self.arch,
             log_path=str(log_path),
@@ -132,7 +190,12 @@ def summary(record: dict[str, Any]) -> str:
     line = record["status"]
     for bench in record.get("benchmarks", []):
         sol, ref = bench["solution"]["median_us"], bench["reference"]["median_us"]
-        line += f"; {report.bench_label(bench)}: {sol:.3g} us vs {ref:.3g} us ({ref / sol:.2f}x)"
+        speedup = report.bench_speedup(bench)
+        line += (
+            f"; {report.bench_label(bench)}: {sol:.3g} us vs {ref:.3g} us "
+            f"({speedup.value:.2f}x [{speedup.low:.2f}, {speedup.high:.2f}], "
+            f"n={bench['solution']['count']})"
+        )
     if record.get("detail"):
         line += f": {record['detail']}"
     return line
@@ -140,6 +203,10 @@ def summary(record: dict[str, Any]) -> str:
 
 def passed(record: dict[str, Any]) -> bool:
     return record["status"] in status.PASSING
+
+
+def _now() -> str:
+    return datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
 
 
 def _shown(path: Path) -> str:

@@ -1,39 +1,69 @@
-"""Time a zero-argument call, on a GPU with CUDA events or on a CPU with a wall clock.
+"""Time zero-argument calls side by side until the samples are precise enough.
 
-The rule, on a GPU (`time_cuda`):
-  1. `warmup` untimed calls, then a synchronisation;
-  2. for each of `reps` timed calls: write a buffer of twice the device's L2 size (which evicts
-     the inputs and outputs of the previous call from L2, so no call starts with a warm cache),
-     then record a start event, make the call, record an end event;
-  3. one synchronisation at the end, then read each event pair.
-The flush sits outside the events. It also keeps the GPU busy while the host enqueues the call,
-so the events see the kernel's device time and not the host's launch latency.
+The stopping rule (`StopRule`; run.py's flags set each field, `-h` shows the defaults):
+  1. Warm up: untimed rounds until `warmup_ms` of wall time has passed (at least one round).
+  2. Sample in rounds. A round times each call once, back to back; the order turns by one each
+     round (A B, B A, A B, ...), so neither call always runs first. Rounds come in batches,
+     each batch as large as all the rounds so far (1x, 2x, 4x, ...) and at least `min_samples`.
+  3. After each batch, stop when every call has at least `min_samples` samples and the
+     relative standard error of each call's mean (std / sqrt(n) / mean) is at most
+     `target_rse` ("target"); or when `budget_ms` of sampling time has passed ("budget"); or
+     at `max_samples` rounds ("cap"). The budget never cuts below `min_samples`.
+Because each round holds one sample of every call taken at nearly the same moment, the samples
+are paired: clock, temperature and neighbour drift hit both, and stats.paired_ratio turns them
+into a speedup with an interval.
 
-On a CPU (`time_wall`): `warmup` untimed calls, then `reps` calls each between two reads of a
-wall clock (perf_counter by default; tests inject their own). No cache is flushed.
-
-Both return a Measurement holding every raw sample; statistics are derived from them.
+Timers (each times a list of calls once each, in order, in microseconds):
+  - CudaTimer: before each call, outside the events, read a buffer twice the L2 size (which
+    evicts every line of the previous call and leaves L2 holding clean lines only), then keep
+    the GPU busy with a sleep kernel long enough to cover the call's host time, so the events
+    see the call's device time and not the host's launch latency; one synchronisation per
+    batch. With `flush=None` (CUDA-graph mode, where rotated inputs defeat the cache) only the
+    sleep is issued.
+  - WallTimer: a wall clock around each call (CPU work), no cache flush.
+Tests inject a fake timer and clock: the rule is plain Python over the timer's samples.
 """
 
 from __future__ import annotations
 
 import statistics
 import time
-from collections.abc import Callable
-from dataclasses import dataclass
-from typing import Any
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Protocol
 
 import torch
 
+from harness import stats
+
+Call = Callable[[], object]
 Clock = Callable[[], float]  # seconds
 
 
 @dataclass(frozen=True)
+class StopRule:
+    """When to stop sampling; the one place the defaults live."""
+
+    warmup_ms: float = 50.0
+    min_samples: int = 10
+    max_samples: int = 2000
+    target_rse: float = 0.005
+    budget_ms: float = 2000.0
+
+    def __post_init__(self) -> None:
+        if self.warmup_ms < 0 or self.budget_ms <= 0 or self.target_rse <= 0:
+            raise ValueError(f"need warmup_ms >= 0, budget_ms > 0, target_rse > 0: {self}")
+        if not 1 <= self.min_samples <= self.max_samples:
+            raise ValueError(f"need 1 <= min_samples <= max_samples: {self}")
+
+
+@dataclass(frozen=True)
 class Measurement:
-    """Raw timings of repeated calls, in microseconds, with derived statistics."""
+    """Raw timings of one call, in microseconds, with statistics derived from them."""
 
     times_us: tuple[float, ...]
-    method: str  # "cuda_events" or "wall_clock"
+    method: str  # "cuda_events", "cuda_graph" or "wall_clock"
+    host_us: float | None = None  # median host time to enqueue the call (GPU timers)
 
     @property
     def count(self) -> int:
@@ -56,63 +86,207 @@ class Measurement:
         """IQR as a fraction of the median (0.02 means the middle half spans 2% of it)."""
         return self.iqr_us / self.median_us if self.median_us > 0 else 0.0
 
+    @property
+    def rse(self) -> float:
+        return stats.relative_standard_error(self.times_us)
+
     def to_dict(self) -> dict[str, Any]:
+        interval = stats.median_interval(self.times_us)
         return {
             "method": self.method,
             "count": self.count,
             "median_us": self.median_us,
+            "median_low_us": interval.low,
+            "median_high_us": interval.high,
             "iqr_us": self.iqr_us,
             "min_us": min(self.times_us),
+            "rse": self.rse,
+            "host_us": self.host_us,
             "times_us": list(self.times_us),
         }
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> Measurement:
-        return cls(tuple(data["times_us"]), data["method"])
+        return cls(tuple(data["times_us"]), data["method"], data.get("host_us"))
 
 
-def time_wall(
-    fn: Callable[[], object], *, warmup: int, reps: int, clock: Clock = time.perf_counter
-) -> Measurement:
-    """Time `reps` calls of `fn` with a wall clock after `warmup` untimed calls."""
-    _check_counts(warmup, reps)
-    for _ in range(warmup):
-        fn()
-    samples = []
-    for _ in range(reps):
-        start = clock()
-        fn()
-        samples.append((clock() - start) * 1e6)
-    return Measurement(tuple(samples), "wall_clock")
+class Timer(Protocol):
+    method: str
+
+    def run(self, calls: Sequence[Call]) -> list[float]:
+        """Time each call once, in order; microseconds."""
+        ...
+
+
+@dataclass
+class Sampled:
+    """What `sample` returns: one Measurement per call name, why it stopped, and when."""
+
+    measurements: dict[str, Measurement]
+    stop: str  # "target", "budget" or "cap"
+    batches: list[int] = field(default_factory=list)  # rounds in each batch, in order
+
+
+def sample(
+    calls: dict[str, Call],
+    timer: Timer,
+    rule: StopRule,
+    clock: Clock = time.perf_counter,
+    after_batch: Callable[[int], None] | None = None,
+) -> Sampled:
+    """Time `calls` side by side, round by round, under `rule` (see the module doc)."""
+    names = list(calls)
+    start = clock()
+    while True:  # warm-up: whole rounds, at least one
+        timer.run(_rounds(calls, names, 0, 1))
+        if clock() - start >= rule.warmup_ms / 1e3:
+            break
+    samples: dict[str, list[float]] = {name: [] for name in names}
+    batches: list[int] = []
+    start, done = clock(), 0
+    while True:
+        size = min(max(rule.min_samples, done), rule.max_samples - done)
+        times = timer.run(_rounds(calls, names, done, size))
+        for index, value in enumerate(times):
+            round_, slot = divmod(index, len(names))
+            samples[_turned(names, done + round_)[slot]].append(value)
+        done += size
+        batches.append(size)
+        if after_batch is not None:
+            after_batch(size)
+        stop = _stop_reason(samples, rule, done, clock() - start)
+        if stop:
+            host = getattr(timer, "host_us", {})
+            measured = {
+                name: Measurement(tuple(values), timer.method, host.get(name))
+                for name, values in samples.items()
+            }
+            return Sampled(measured, stop, batches)
+
+
+def _turned(names: list[str], round_: int) -> list[str]:
+    shift = round_ % len(names)
+    return names[shift:] + names[:shift]
+
+
+def _rounds(calls: dict[str, Call], names: list[str], first: int, count: int) -> list[Call]:
+    order = [name for r in range(first, first + count) for name in _turned(names, r)]
+    return [_Named(name, calls[name]) for name in order]
+
+
+@dataclass(frozen=True)
+class _Named:
+    """A call that carries its name, so a timer can keep per-call state (host time)."""
+
+    name: str
+    fn: Call
+
+    def __call__(self) -> object:
+        return self.fn()
+
+
+def _stop_reason(
+    samples: dict[str, list[float]], rule: StopRule, done: int, elapsed_s: float
+) -> str | None:
+    if done < rule.min_samples:
+        return None
+    if all(stats.relative_standard_error(v) <= rule.target_rse for v in samples.values()):
+        return "target"
+    if done >= rule.max_samples:
+        return "cap"
+    if elapsed_s >= rule.budget_ms / 1e3:
+        return "budget"
+    return None
+
+
+class WallTimer:
+    """A wall clock around each call (CPU work); no cache flush."""
+
+    method = "wall_clock"
+
+    def __init__(self, clock: Clock = time.perf_counter) -> None:
+        self.clock = clock
+
+    def run(self, calls: Sequence[Call]) -> list[float]:
+        times = []
+        for call in calls:
+            begin = self.clock()
+            call()
+            times.append((self.clock() - begin) * 1e6)
+        return times
+
+
+class CudaTimer:
+    """CUDA events around each call, with an L2 flush and a host-hiding sleep before it."""
+
+    HOST_MARGIN = 1.5  # the sleep covers this many times the call's median host time ...
+    HOST_EXTRA_US = 10.0  # ... plus this
+
+    def __init__(self, device: torch.device, flush: bool = True, method: str = "cuda_events"):
+        self.device = device
+        self.method = method
+        self.buffer = flush_buffer(device) if flush else None
+        self.sink = torch.empty((), dtype=torch.float32, device=device)
+        self.cycles_per_us = sleep_cycles_per_us(device)
+        self.host_us: dict[str, float] = {}
+
+    def flush(self) -> None:
+        """Read the flush buffer: L2 then holds its clean lines, and nothing of the call."""
+        if self.buffer is not None:
+            torch.sum(self.buffer, dim=0, out=self.sink)
+
+    def run(self, calls: Sequence[Call]) -> list[float]:
+        pairs, host = [], []
+        for call in calls:
+            name = getattr(call, "name", "")
+            self.flush()
+            cover = self.HOST_MARGIN * self.host_us.get(name, 50.0) + self.HOST_EXTRA_US
+            torch.cuda._sleep(int(cover * self.cycles_per_us))
+            start = torch.cuda.Event(enable_timing=True)
+            end = torch.cuda.Event(enable_timing=True)
+            start.record()
+            begin = time.perf_counter()
+            call()
+            host.append((name, (time.perf_counter() - begin) * 1e6))
+            end.record()
+            pairs.append((start, end))
+        torch.cuda.synchronize(self.device)
+        for name in {n for n, _ in host}:
+            self.host_us[name] = statistics.median(t for n, t in host if n == name)
+        return [start.elapsed_time(end) * 1e3 for start, end in pairs]
 
 
 def flush_buffer(device: torch.device) -> torch.Tensor:
-    """A byte buffer twice the size of the device's L2 cache; writing it evicts L2."""
+    """A float32 buffer of twice the device's L2 size; reading it evicts every line of L2."""
     l2_bytes = torch.cuda.get_device_properties(device).L2_cache_size
-    return torch.empty(2 * max(l2_bytes, 1 << 20), dtype=torch.uint8, device=device)
+    return torch.zeros(2 * max(l2_bytes, 1 << 20) // 4, dtype=torch.float32, device=device)
 
 
-def time_cuda(
-    fn: Callable[[], object], *, warmup: int, reps: int, flush: torch.Tensor
-) -> Measurement:
-    """Time `reps` calls of `fn` with CUDA events, flushing L2 before each (see module doc)."""
-    _check_counts(warmup, reps)
-    for _ in range(warmup):
-        flush.zero_()
-        fn()
-    torch.cuda.synchronize(flush.device)
-    starts = [torch.cuda.Event(enable_timing=True) for _ in range(reps)]
-    ends = [torch.cuda.Event(enable_timing=True) for _ in range(reps)]
-    for start, end in zip(starts, ends, strict=True):
-        flush.zero_()
-        start.record()
-        fn()
-        end.record()
-    torch.cuda.synchronize(flush.device)
-    samples = tuple(start.elapsed_time(end) * 1e3 for start, end in zip(starts, ends, strict=True))
-    return Measurement(samples, "cuda_events")
+def sleep_cycles_per_us(device: torch.device) -> float:
+    """GPU clock cycles per microsecond, measured by timing torch.cuda._sleep."""
+    cycles = 2_000_000
+    torch.cuda._sleep(cycles)  # the first launch pays for loading the kernel
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    start.record()
+    torch.cuda._sleep(cycles)
+    end.record()
+    torch.cuda.synchronize(device)
+    return cycles / (start.elapsed_time(end) * 1e3)
 
 
-def _check_counts(warmup: int, reps: int) -> None:
-    if warmup < 0 or reps < 1:
-        raise ValueError(f"need warmup >= 0 and reps >= 1, got warmup={warmup} reps={reps}")
+def floor_us(timer: Timer, device: torch.device, rule: StopRule) -> float:
+    """The median time the timer gives a call that launches one kernel on one element: the
+    least any kernel can measure under this method."""
+    tiny = torch.zeros(1, device=device)
+    sampled = sample({"floor": lambda: tiny.add_(1)}, timer, _quick(rule))
+    return sampled.measurements["floor"].median_us
+
+
+def _quick(rule: StopRule) -> StopRule:
+    return StopRule(
+        warmup_ms=min(rule.warmup_ms, 20.0),
+        min_samples=rule.min_samples,
+        max_samples=max(rule.min_samples, 200),
+        target_rse=rule.target_rse,
+        budget_ms=min(rule.budget_ms, 200.0),
+    )

@@ -7,6 +7,10 @@ to the job's log file, never into the pipe.
   load   import the solution (its extensions build here) and find ModelNew
   check  every correctness case of the problem, `trials` times each with fresh inputs
   time   every benchmark of the problem: check once more, then time reference and solution
+         side by side (harness.benchmarking)
+
+A job whose task is "compile_baseline" loads no solution: it times the reference eager and
+under torch.compile, side by side, for the session's baseline cache.
 """
 
 from __future__ import annotations
@@ -24,14 +28,12 @@ from typing import Any
 import torch  # importing torch does not import its extension builder: that waits for _setup
 
 from harness import status, timing
+from harness.benchmarking import Settings, compile_baseline, time_benchmarks
 from harness.builds import BuildWatcher, NoCudaToolchain
-from harness.checking import Verdict, build_models, check_cases, check_once, describe_error, guard
+from harness.checking import Verdict, check_cases, describe_error
 from harness.errors import UserError
-from harness.inputs import make_inputs
 from harness.loading import Problem, import_file, load_problem
 from harness.toolchain import find_cuda_home, use_build_cache
-
-BENCHMARK_SEED_OFFSET = 500_000
 
 
 @dataclass(frozen=True)
@@ -44,14 +46,15 @@ class Job:
     device: str
     trials: int
     seed: int
-    warmup: int
-    reps: int
+    rule: timing.StopRule
+    graph: bool
     cache_dir: str
     arch: str
     log_path: str
     content_hash: str
     atol: float | None = None
     rtol: float | None = None
+    task: str = "solution"  # or "compile_baseline": time the reference under torch.compile
 
 
 Send = Callable[..., None]
@@ -91,6 +94,10 @@ def run(job: Job, send: Send) -> dict[str, Any]:
     try:
         send("phase", phase="load")
         problem, device = _setup(job)
+        if job.task == "compile_baseline":
+            send("phase", phase="time")
+            result["benchmarks"] = compile_baseline(problem, device, _settings(job))
+            return result
         watcher = BuildWatcher(send, _cuda_unavailable(), Path(job.log_path))
         watcher.install()
         model_new = _load_solution(job, device, watcher)
@@ -101,7 +108,7 @@ def run(job: Job, send: Send) -> dict[str, Any]:
             problem, model_new, device, trials=job.trials, seed=job.seed, override=_override(job)
         )
         send("phase", phase="time")
-        result["benchmarks"] = _time_benchmarks(job, problem, model_new, device)
+        result["benchmarks"] = time_benchmarks(problem, model_new, device, _settings(job))
     except Verdict as verdict:
         result.update(status=verdict.status, detail=verdict.detail)
     except SystemExit as exit_:
@@ -196,50 +203,9 @@ def _needs_gpu(err: BaseException) -> bool:
     return any(message in text for message in NO_GPU_MESSAGES)
 
 
-def _time_benchmarks(
-    job: Job, problem: Problem, model_new: type, device: torch.device
-) -> list[dict[str, Any]]:
-    flush = timing.flush_buffer(device) if device.type == "cuda" else None
-    rows = []
-    for index, bench in enumerate(problem.benchmarks):
-        seed = job.seed + BENCHMARK_SEED_OFFSET + index
-        reference, solution = build_models(problem, model_new, bench, seed, device)
-        # Drawn once: checked on, then timed on (check_once hands each model its own copy).
-        inputs = guard(status.PROBLEM_ERROR, "get_inputs", make_inputs, bench, seed, device)
-        verdict = check_once(problem, bench, (reference, solution), inputs, device, _override(job))
-        if verdict:
-            raise Verdict(status.INCORRECT, f"benchmark {bench.name!r}: {verdict}")
-        measured = {}
-        for role, model in (("reference", reference), ("solution", solution)):
-            failure = status.PROBLEM_ERROR if role == "reference" else status.RUNTIME_ERROR
-            timed = guard(failure, f"timing {role}", _measure, model, inputs, job, flush)
-            measured[role] = timed.to_dict()
-        rows.append({"name": bench.name, "inputs": _describe_inputs(inputs), **measured})
-    return rows
-
-
 def _override(job: Job) -> tuple[float | None, float | None]:
     return (job.atol, job.rtol)
 
 
-def _measure(
-    model: Any, inputs: list[Any], job: Job, flush: torch.Tensor | None
-) -> timing.Measurement:
-    def call() -> object:
-        return model(*inputs)
-
-    with torch.no_grad():
-        if flush is None:
-            return timing.time_wall(call, warmup=job.warmup, reps=job.reps)
-        return timing.time_cuda(call, warmup=job.warmup, reps=job.reps, flush=flush)
-
-
-def _describe_inputs(inputs: list[Any]) -> list[str]:
-    described = []
-    for value in inputs:
-        if isinstance(value, torch.Tensor):
-            shape = ",".join(str(d) for d in value.shape)
-            described.append(f"{str(value.dtype).removeprefix('torch.')}[{shape}]")
-        else:
-            described.append(repr(value))
-    return described
+def _settings(job: Job) -> Settings:
+    return Settings(job.rule, job.graph, job.seed, _override(job))

@@ -1,9 +1,12 @@
 #!/usr/bin/env bash
 # What to verify on a lent GPU machine (the `device` tool), in two parts that each fit in one
 # call; outputs, results and logs are copied to $OUT.
-#   GIT_COMMIT=<sha> bash scripts/gpu_session.sh run      prebuild, run.py --all, ceilings
+#   GIT_COMMIT=<sha> bash scripts/gpu_session.sh run       prebuild, run.py --all --compile
+#   GIT_COMMIT=<sha> bash scripts/gpu_session.sh validate  a second run, validate_timing.py,
+#                                                          run.py --compare, a --graph run
 #   GIT_COMMIT=<sha> bash scripts/gpu_session.sh checks   sanitizer on the fast kernels, tests
-# Each step has a time limit so that the call ends in time.
+# Each step has a time limit so that the call ends in time. NVML's Python binding (for the
+# clock and temperature columns) is installed from a wheel under $WHEELS when one is there.
 set -uo pipefail
 export PYTHONUNBUFFERED=1
 out=${OUT:-/tmp/gpu-session}
@@ -24,10 +27,29 @@ step() {  # step NAME SECONDS COMMAND...: run it, keep its output, note its exit
 { echo "before $part: $(gpu_state)"; $python -c 'import torch; print("torch", torch.__version__)'; } \
   | tee -a "$out/machine.txt"
 
+wheels=${WHEELS:-exp/wheels}
+if ! $python -c 'import pynvml' 2>/dev/null && ls "$wheels"/nvidia_ml_py*.whl >/dev/null 2>&1; then
+  $python -m pip install --quiet --no-index "$wheels"/nvidia_ml_py*.whl
+fi
+
+# Results live in $STATE (default /tmp/gpu-state) so that later parts, run on the same warm
+# machine, see what earlier parts recorded; every part copies them to $OUT.
+state=${STATE:-/tmp/gpu-state}
+[ -d "$state/results" ] || { mkdir -p "$state" && cp -r results "$state/results"; }
+gpu=$($python -c 'import torch, re; print(re.sub("[^a-z0-9]+", "-", torch.cuda.get_device_name().lower()).strip("-"))')
+first=$state/results/$gpu second=$state/second/$gpu
+
 if [ "$part" = run ]; then
   step prebuild 240 $python scripts/prebuild.py --jobs 8
-  step run-all 300 $python run.py --all
-  step speed-of-light 150 $python scripts/speed_of_light.py --json "$out/speed_of_light.json"
+  step run-all 330 $python run.py --all --compile --results-dir "$state/results"
+elif [ "$part" = validate ]; then
+  # The same code again, reusing the first run's copy ceiling and compile baseline.
+  mkdir -p "$second" && cp "$first"/{ceiling.json,baselines.jsonl} "$second/"
+  step run-again 240 $python run.py --all --compile --results-dir "$state/second"
+  step validate 150 $python scripts/validate_timing.py --results "$state/results" \
+    --runs "$first" "$second" --json "$out/validation.json"
+  step compare 30 $python run.py --compare "$first" "$second"
+  step graph 150 $python run.py --all --graph --results-dir "$state/graph"
 else
   for solution in multilabel_margin/fast_cuda multilabel_margin/warp_cuda smooth_l1/fast_cuda; do
     step "memcheck-${solution//\//-}" 120 compute-sanitizer --tool memcheck --error-exitcode 9 \
@@ -37,5 +59,5 @@ else
 fi
 
 echo "after $part: $(gpu_state)" | tee -a "$out/machine.txt"
-tar czf "$out/results.tar.gz" results
+tar czf "$out/results.tar.gz" -C "$state" .
 [ -d logs ] && tar czf "$out/logs.tar.gz" logs

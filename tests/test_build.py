@@ -9,7 +9,14 @@ pytestmark = pytest.mark.build
 
 
 def test_cpp_solution_builds_checks_times_and_is_cached(cli: CliRun) -> None:
-    args = ["--problem", str(TOY), "--solution", toy_solution("cpp_extension"), "--reps", "5"]
+    args = [
+        "--problem",
+        str(TOY),
+        "--solution",
+        toy_solution("cpp_extension"),
+        "--max-samples",
+        "5",
+    ]
     assert cli(*args) == run.EXIT_OK
     first = cli.record("cpp_extension")
     assert first["status"] == "ok", first["detail"]

@@ -19,8 +19,15 @@ def test_help_documents_every_flag_and_the_statuses(capsys) -> None:
         "--solution",
         "--device",
         "--trials",
-        "--reps",
-        "--warmup",
+        "--warmup-ms",
+        "--min-samples",
+        "--max-samples",
+        "--target-rse",
+        "--budget-ms",
+        "--graph",
+        "--compile",
+        "--render",
+        "--compare",
         "--timeout",
         "--build-timeout",
         "--arch",
@@ -66,7 +73,10 @@ def test_solution_needs_a_problem(capsys) -> None:
     assert "--solution needs --problem" in capsys.readouterr().err
 
 
-@pytest.mark.parametrize("flags", [["--reps", "0"], ["--trials", "0"], ["--warmup", "-1"]])
+@pytest.mark.parametrize(
+    "flags",
+    [["--max-samples", "0"], ["--trials", "0"], ["--warmup-ms", "-1"], ["--target-rse", "0"]],
+)
 def test_bad_counts_are_usage_errors(flags: list[str]) -> None:
     with pytest.raises(SystemExit) as exit_:
         run.main(["--problem", str(TOY), *flags])
@@ -87,7 +97,7 @@ def test_list_shows_problems_cases_and_solutions(capsys) -> None:
 
 
 def test_a_correct_solution_exits_0_and_writes_the_tables(cli: CliRun, capsys) -> None:
-    args = ["--problem", str(TOY), "--solution", toy_solution("good"), "--reps", "3"]
+    args = ["--problem", str(TOY), "--solution", toy_solution("good"), "--max-samples", "3"]
     assert cli(*args) == run.EXIT_OK
     out = capsys.readouterr().out
     assert "| good" in out and "| ok" in out
@@ -96,7 +106,7 @@ def test_a_correct_solution_exits_0_and_writes_the_tables(cli: CliRun, capsys) -
 
 
 def test_a_second_run_keeps_what_the_first_recorded(cli: CliRun) -> None:
-    cli("--problem", str(TOY), "--solution", toy_solution("good"), "--reps", "3")
-    cli("--problem", str(TOY), "--solution", toy_solution("raises"), "--reps", "3")
+    cli("--problem", str(TOY), "--solution", toy_solution("good"), "--max-samples", "3")
+    cli("--problem", str(TOY), "--solution", toy_solution("raises"), "--max-samples", "3")
     table = next((cli.root / "results").glob("*/toy.md")).read_text()
     assert "| good" in table and "| raises" in table

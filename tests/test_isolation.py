@@ -11,7 +11,7 @@ FIXTURES = ["good", "wrong_scale", "raises", "segfault", "hard_exit", "sys_exit"
 def toy_run(module_cli: CliRun) -> tuple[int, CliRun]:
     args = [a for name in FIXTURES for a in ("--solution", toy_solution(name))]
     code = module_cli(
-        "--problem", str(TOY), *args, "--timeout", "4", "--reps", "5", "--trials", "2"
+        "--problem", str(TOY), *args, "--timeout", "4", "--max-samples", "5", "--trials", "2"
     )
     return code, module_cli
 

@@ -1,40 +1,180 @@
-"""Timing rule and statistics, with an injected clock; the CUDA path on a GPU only."""
+"""The stopping rule and the intervals, with an injected timer and clock (seeded noise); the
+CUDA timer on a GPU only."""
 
-import itertools
+from __future__ import annotations
+
+import math
 import random
+from collections.abc import Sequence
 
 import pytest
 import torch
 
-from harness.timing import Measurement, flush_buffer, time_cuda, time_wall
+from harness import stats
+from harness.timing import (
+    CudaTimer,
+    Measurement,
+    StopRule,
+    WallTimer,
+    floor_us,
+    sample,
+)
 
 
-class FakeClock:
-    """Advances only when called for a timed call: each call lasts a seeded random duration."""
+class FakeTimer:
+    """Each named call lasts a seeded random time around its own mean; time passes only as
+    calls are 'timed'. An optional drift multiplies every call of a round alike, as a clock
+    change on a real GPU would."""
 
-    def __init__(self, seed: int, base_s: float = 1e-3, noise_s: float = 1e-4) -> None:
+    method = "fake"
+
+    def __init__(self, means_us: dict[str, float], cv: float, seed: int, drift: float = 0.0):
+        self.means_us, self.cv = means_us, cv
         self.rng = random.Random(seed)
-        self.now = 0.0
-        self.durations: list[float] = []
-        self.base_s, self.noise_s = base_s, noise_s
-        self.reads = itertools.count()
+        self.drift = drift
+        self.now = 0.0  # seconds
+        self.order: list[str] = []
+        self.calls = 0
 
-    def __call__(self) -> float:
-        if next(self.reads) % 2:  # the end of a call: it took a random time
-            duration = self.base_s + self.rng.uniform(-self.noise_s, self.noise_s)
-            self.durations.append(duration)
-            self.now += duration
+    def run(self, calls: Sequence) -> list[float]:
+        times = []
+        for call in calls:
+            call()
+            self.calls += 1
+            self.order.append(call.name)
+            round_factor = 1 + self.drift * math.sin(self.calls / 50)
+            value = self.means_us[call.name] * round_factor * self.rng.lognormvariate(0, self.cv)
+            self.now += value / 1e6
+            times.append(value)
+        return times
+
+    def clock(self) -> float:
         return self.now
 
 
-def test_wall_clock_timing_makes_warmup_and_timed_calls() -> None:
-    calls = []
-    clock = FakeClock(seed=1)
-    measurement = time_wall(lambda: calls.append(1), warmup=3, reps=20, clock=clock)
-    assert len(calls) == 23
-    assert measurement.count == 20 and measurement.method == "wall_clock"
-    assert measurement.times_us == pytest.approx([d * 1e6 for d in clock.durations])
-    assert 900 <= measurement.median_us <= 1100
+def run(means: dict[str, float], rule: StopRule, cv: float, seed: int = 0, drift: float = 0.0):
+    timer = FakeTimer(means, cv, seed, drift)
+    calls = {name: (lambda: None) for name in means}
+    return sample(calls, timer, rule, timer.clock), timer
+
+
+RULE = StopRule(warmup_ms=0, min_samples=10, max_samples=5000, target_rse=0.005, budget_ms=1e9)
+
+
+def test_quiet_calls_stop_at_the_target_after_the_minimum() -> None:
+    sampled, _ = run({"a": 100.0, "b": 50.0}, RULE, cv=0.005)
+    assert sampled.stop == "target"
+    assert [m.count for m in sampled.measurements.values()] == [10, 10]
+
+
+def test_noisier_calls_take_more_samples_until_the_target_holds() -> None:
+    sampled, _ = run({"a": 100.0, "b": 50.0}, RULE, cv=0.1)
+    assert sampled.stop == "target"
+    for measured in sampled.measurements.values():
+        assert measured.rse <= RULE.target_rse
+        assert measured.count >= (0.1 / RULE.target_rse) ** 2 * 0.7  # n ~ (cv / target)^2
+    assert sampled.batches[:3] == [10, 10, 20]  # batches double
+
+
+def test_the_cap_stops_a_call_that_never_settles() -> None:
+    rule = StopRule(warmup_ms=0, min_samples=10, max_samples=50, target_rse=1e-4, budget_ms=1e9)
+    sampled, _ = run({"a": 10.0}, rule, cv=0.5)
+    assert sampled.stop == "cap"
+    assert sampled.measurements["a"].count == 50
+
+
+def test_the_budget_stops_sampling_but_never_below_the_minimum() -> None:
+    rule = StopRule(warmup_ms=0, min_samples=10, max_samples=5000, target_rse=1e-4, budget_ms=5)
+    sampled, _ = run({"a": 1000.0}, rule, cv=0.5)  # 1 ms a call: 10 calls pass the budget
+    assert sampled.stop == "budget"
+    assert sampled.measurements["a"].count == 10
+    quick = StopRule(warmup_ms=0, min_samples=10, max_samples=5000, target_rse=1e-4, budget_ms=50)
+    sampled, _ = run({"a": 1000.0}, quick, cv=0.5)
+    assert sampled.stop == "budget" and 10 < sampled.measurements["a"].count <= 80
+
+
+def test_warmup_runs_whole_rounds_for_its_time_and_none_are_kept() -> None:
+    rule = StopRule(warmup_ms=2.1, min_samples=10, max_samples=10, target_rse=0.5, budget_ms=1e9)
+    sampled, timer = run({"a": 100.0, "b": 100.0}, rule, cv=0.0)
+    assert timer.calls == 2 * 11 + 2 * 10  # 11 warm-up rounds of 2 x 100 us pass 2.1 ms
+    assert sampled.measurements["a"].count == 10
+
+
+def test_rounds_alternate_which_call_goes_first() -> None:
+    rule = StopRule(warmup_ms=0, min_samples=4, max_samples=4, target_rse=0.5, budget_ms=1e9)
+    _, timer = run({"a": 1.0, "b": 1.0}, rule, cv=0.0)
+    assert timer.order[2:] == [
+        "a",
+        "b",
+        "b",
+        "a",
+        "a",
+        "b",
+        "b",
+        "a",
+    ]  # after one warm-up round a b
+
+
+def test_paired_interval_covers_the_true_speedup_and_beats_drift() -> None:
+    covered, paired_widths, unpaired_widths = 0, [], []
+    for seed in range(100):
+        sampled, _ = run({"ref": 200.0, "sol": 100.0}, RULE, cv=0.05, seed=seed, drift=0.2)
+        ref, sol = (sampled.measurements[n].times_us for n in ("ref", "sol"))
+        paired = stats.paired_ratio(ref, sol)
+        covered += paired.low <= 2.0 <= paired.high
+        paired_widths.append(paired.high - paired.low)
+        unpaired = stats.unpaired_ratio(ref, sol)
+        unpaired_widths.append(unpaired.high - unpaired.low)
+    assert covered >= 88  # a 95% interval: 95 of 100 expected
+    assert sum(paired_widths) < 0.5 * sum(unpaired_widths)  # pairing cancels the drift
+
+
+def test_median_interval_has_its_stated_coverage() -> None:
+    rng = random.Random(7)
+    true_median = math.exp(0.0)  # lognormal(0, 0.3)
+    hits = 0
+    for _ in range(400):
+        values = [rng.lognormvariate(0, 0.3) for _ in range(60)]
+        interval = stats.median_interval(values)
+        hits += interval.low <= true_median <= interval.high
+    assert 0.91 <= hits / 400 <= 0.99
+
+
+def test_unpaired_ratio_divides_medians_and_brackets_them() -> None:
+    ratio = stats.unpaired_ratio([4.0, 4.1, 3.9] * 10, [2.0, 2.1, 1.9] * 10)
+    assert ratio.value == pytest.approx(2.0)
+    assert ratio.low < 2.0 < ratio.high
+
+
+def test_relative_standard_error_and_geomean() -> None:
+    assert stats.relative_standard_error([1.0]) == math.inf
+    assert stats.relative_standard_error([2.0, 2.0, 2.0]) == 0.0
+    assert stats.relative_standard_error([1.0, 3.0]) == pytest.approx(
+        0.5
+    )  # std sqrt(2) / sqrt(2) / 2
+    assert stats.geomean([1.0, 4.0]) == pytest.approx(2.0)
+    assert math.isnan(stats.geomean([]))
+
+
+@pytest.mark.parametrize(
+    "fields",
+    [
+        {"min_samples": 0},
+        {"min_samples": 20, "max_samples": 10},
+        {"target_rse": 0},
+        {"budget_ms": 0},
+        {"warmup_ms": -1},
+    ],
+)
+def test_bad_rules_are_refused(fields: dict) -> None:
+    with pytest.raises(ValueError):
+        StopRule(**fields)
+
+
+def test_wall_timer_times_each_call_with_its_clock() -> None:
+    ticks = iter([0.0, 0.001, 0.5, 0.502])
+    timer = WallTimer(clock=lambda: next(ticks))
+    assert timer.run([lambda: None, lambda: None]) == pytest.approx([1000.0, 2000.0])
 
 
 def test_statistics_follow_from_the_samples() -> None:
@@ -46,33 +186,23 @@ def test_statistics_follow_from_the_samples() -> None:
 
 
 def test_measurement_round_trips_through_a_record() -> None:
-    m = Measurement((3.0, 1.0, 2.0), "cuda_events")
+    m = Measurement((3.0, 1.0, 2.0), "cuda_events", host_us=4.0)
     data = m.to_dict()
     assert data["median_us"] == 2.0 and data["count"] == 3 and data["min_us"] == 1.0
+    assert data["median_low_us"] <= 2.0 <= data["median_high_us"]
     assert Measurement.from_dict(data) == m
 
 
-def test_seeded_noise_gives_a_stable_median() -> None:
-    medians = [
-        time_wall(lambda: None, warmup=0, reps=101, clock=FakeClock(seed=s)).median_us
-        for s in range(5)
-    ]
-    assert max(medians) - min(medians) < 50  # noise is +-100 us around 1000 us
-
-
-@pytest.mark.parametrize(("warmup", "reps"), [(-1, 5), (0, 0)])
-def test_bad_counts_are_refused(warmup: int, reps: int) -> None:
-    with pytest.raises(ValueError):
-        time_wall(lambda: None, warmup=warmup, reps=reps)
-
-
 @pytest.mark.gpu
-def test_cuda_timing_flushes_twice_l2_and_measures_device_time() -> None:
+def test_cuda_timer_sees_device_time_above_the_floor() -> None:
     device = torch.device("cuda")
-    flush = flush_buffer(device)
-    assert flush.numel() >= 2 * torch.cuda.get_device_properties(device).L2_cache_size
+    timer = CudaTimer(device)
+    assert timer.buffer is not None
+    assert timer.buffer.numel() * 4 >= 2 * torch.cuda.get_device_properties(device).L2_cache_size
     x = torch.randn(1 << 24, device=device)
-    small = time_cuda(lambda: x.mul(2), warmup=3, reps=30, flush=flush)
-    large = time_cuda(lambda: x.repeat(8).mul(2), warmup=3, reps=30, flush=flush)
-    assert small.method == "cuda_events" and small.count == 30
-    assert 0 < small.median_us < large.median_us
+    rule = StopRule(warmup_ms=5, min_samples=20, max_samples=200, budget_ms=500)
+    sampled = sample({"small": lambda: x.mul(2), "large": lambda: x.repeat(8).mul(2)}, timer, rule)
+    small, large = sampled.measurements["small"], sampled.measurements["large"]
+    floor = floor_us(timer, device, rule)
+    assert 0 < floor < small.median_us < large.median_us
+    assert small.host_us is not None and small.host_us > 0

@@ -7,6 +7,7 @@ import pytest
 from torch.utils import cpp_extension
 
 from harness import worker
+from harness.timing import StopRule
 from tests.conftest import TOY, toy_solution
 
 
@@ -26,8 +27,8 @@ def run_job(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
             device="cpu",
             trials=1,
             seed=0,
-            warmup=0,
-            reps=2,
+            rule=StopRule(warmup_ms=0, min_samples=2, max_samples=2),
+            graph=False,
             cache_dir=str(tmp_path / "b"),
             arch="9.0",
             log_path=str(tmp_path / "log"),

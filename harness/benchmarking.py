@@ -1,0 +1,215 @@
+"""Time every benchmark of a problem: the solution and eager PyTorch side by side (inside the
+worker), and the torch.compile baseline on its own.
+
+For each benchmark shape: draw the inputs, check the solution on them once more, then sample
+reference and solution in alternating rounds under the stop rule (harness.timing). The row
+keeps both sides' raw samples, the paired speedup with its 95% interval, why sampling stopped,
+the launch floor, the bytes and FLOPs the problem must move and compute, and the GPU's clock
+and temperature over the samples.
+
+CUDA-graph mode (`graph=True`) captures K calls on K different input sets into one graph and
+times replays; K is chosen so that the input sets together exceed twice the L2, so each call
+still starts with its inputs out of cache, and launch overhead is gone from the figure.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from harness import gpustate, roofline, stats, status, timing
+from harness.checking import Verdict, build_models, check_once, describe_error, guard
+from harness.compare import compare
+from harness.inputs import make_inputs, replicate_all
+from harness.loading import Case, Problem
+
+BENCHMARK_SEED_OFFSET = 500_000
+LAUNCH_BOUND_FACTOR = 3.0  # a median under this many floors is mostly launch cost
+MAX_GRAPH_SETS = 256
+
+
+@dataclass(frozen=True)
+class Settings:
+    """How to time: the stop rule, the mode, the seed, and the tolerance override."""
+
+    rule: timing.StopRule
+    graph: bool
+    seed: int
+    override: tuple[float | None, float | None] = (None, None)
+
+
+def time_benchmarks(
+    problem: Problem, model_new: type, device: torch.device, settings: Settings
+) -> list[dict[str, Any]]:
+    """One row per benchmark of `problem` (see the module doc)."""
+    on_gpu = device.type == "cuda"
+    timer: timing.Timer = timing.CudaTimer(device) if on_gpu else timing.WallTimer()
+    floor = timing.floor_us(timer, device, settings.rule) if on_gpu else None
+    rows = []
+    for index, bench in enumerate(problem.benchmarks):
+        seed = settings.seed + BENCHMARK_SEED_OFFSET + index
+        models = build_models(problem, model_new, bench, seed, device)
+        inputs = guard(status.PROBLEM_ERROR, "get_inputs", make_inputs, bench, seed, device)
+        verdict = check_once(problem, bench, models, inputs, device, settings.override)
+        if verdict:
+            raise Verdict(status.INCORRECT, f"benchmark {bench.name!r}: {verdict}")
+        with torch.no_grad():
+            output = models[0](*replicate_all(inputs, device))
+        row: dict[str, Any] = {"name": bench.name, "inputs": describe_inputs(inputs)}
+        row.update(roofline.counts(problem, inputs, output))
+        calls = {"reference": models[0], "solution": models[1]}
+        row.update(_sample(calls, bench, seed, inputs, device, settings))
+        solution_us = row["solution"]["median_us"]
+        row["floor_us"] = floor
+        row["launch_bound"] = bool(
+            floor and row["mode"] == "cuda_events" and solution_us < LAUNCH_BOUND_FACTOR * floor
+        )
+        rows.append(row)
+    return rows
+
+
+def compile_baseline(
+    problem: Problem, device: torch.device, settings: Settings
+) -> list[dict[str, Any]]:
+    """Eager and torch.compile'd reference, side by side, per benchmark; compile time apart."""
+    rows = []
+    for index, bench in enumerate(problem.benchmarks):
+        seed = settings.seed + BENCHMARK_SEED_OFFSET + index
+        eager, _ = build_models(problem, problem.model, bench, seed, device)
+        inputs = guard(status.PROBLEM_ERROR, "get_inputs", make_inputs, bench, seed, device)
+        compiled = torch.compile(eager)
+        begin = time.perf_counter()
+        with torch.no_grad():
+            got = guard(status.RUNTIME_ERROR, "torch.compile", compiled, *inputs)
+            want = eager(*inputs)
+        _synchronize(device)
+        compile_s = time.perf_counter() - begin
+        calls = {"reference": eager, "compiled": compiled}
+        row = {"name": bench.name, "inputs": describe_inputs(inputs), "compile_s": compile_s}
+        row["mismatch"] = compare(want, got, problem.atol, problem.rtol)
+        row.update(_sample(calls, bench, seed, inputs, device, settings))
+        rows.append(row)
+    return rows
+
+
+def _sample(
+    models: dict[str, Any],
+    bench: Case,
+    seed: int,
+    inputs: list[Any],
+    device: torch.device,
+    settings: Settings,
+) -> dict[str, Any]:
+    """Sample `models` side by side; the row's timing fields."""
+    calls, per_call, note = _calls(models, bench, seed, inputs, device, settings.graph)
+    probe = gpustate.open_probe(device) if device.type == "cuda" else None
+    timer: timing.Timer
+    if device.type != "cuda":
+        timer = timing.WallTimer()
+    else:
+        timer = timing.CudaTimer(
+            device, flush=per_call == 1, method="cuda_events" if per_call == 1 else "cuda_graph"
+        )
+    after = probe.after if probe else None
+    with torch.no_grad():
+        sampled = guard(
+            status.RUNTIME_ERROR,
+            "timing",
+            timing.sample,
+            calls,
+            timer,
+            settings.rule,
+            time.perf_counter,
+            after,
+        )
+    row: dict[str, Any] = {"mode": timer.method, "stop": sampled.stop, "note": note}
+    for name, measured in sampled.measurements.items():
+        scaled = timing.Measurement(
+            tuple(t / per_call for t in measured.times_us), measured.method, measured.host_us
+        )
+        row[name] = scaled.to_dict()
+    first, second = list(models)
+    row["speedup"] = stats.paired_ratio(row[first]["times_us"], row[second]["times_us"]).to_dict()
+    row["state"] = probe.summary() if probe else None
+    return row
+
+
+def _calls(
+    models: dict[str, Any],
+    bench: Case,
+    seed: int,
+    inputs: list[Any],
+    device: torch.device,
+    graph: bool,
+) -> tuple[dict[str, Callable[[], object]], int, str | None]:
+    """The zero-argument calls to time, how many model calls each makes, and a note."""
+    if graph and device.type == "cuda":
+        try:
+            sets = _input_sets(bench, seed, inputs, device)
+            replays = {name: _graphed(model, sets, device) for name, model in models.items()}
+            return replays, len(sets), None
+        except Exception as err:  # not capturable: time it call by call, and say so
+            torch.cuda.synchronize(device)
+            note = f"CUDA graph capture failed ({describe_error(err)}); timed call by call"
+            return _direct(models, inputs, device), 1, note
+    return _direct(models, inputs, device), 1, None
+
+
+def _direct(
+    models: dict[str, Any], inputs: list[Any], device: torch.device
+) -> dict[str, Callable[[], object]]:
+    """Each model on its own copy of the inputs, the same copy every call."""
+    calls = {}
+    for name, model in models.items():
+        own = replicate_all(inputs, device)
+        calls[name] = _bind(model, own)
+    return calls
+
+
+def _bind(model: Any, inputs: list[Any]) -> Callable[[], object]:
+    return lambda: model(*inputs)
+
+
+def _input_sets(bench: Case, seed: int, inputs: list[Any], device: torch.device) -> list[list[Any]]:
+    """Enough input sets that together they exceed twice the L2 (at least 2, at most 256)."""
+    l2 = torch.cuda.get_device_properties(device).L2_cache_size
+    each = max(roofline.tensor_bytes(inputs), 1)
+    count = min(MAX_GRAPH_SETS, max(2, math.ceil(2 * l2 / each)))
+    return [inputs] + [make_inputs(bench, seed + k, device) for k in range(1, count)]
+
+
+def _graphed(model: Any, sets: list[list[Any]], device: torch.device) -> Callable[[], object]:
+    """A replay of one CUDA graph calling `model` once on each input set."""
+    own = [replicate_all(inputs, device) for inputs in sets]
+    side = torch.cuda.Stream(device)
+    side.wait_stream(torch.cuda.current_stream(device))
+    with torch.cuda.stream(side), torch.no_grad():
+        for inputs in own[:2]:  # warm up off the capture, as torch's graph docs ask
+            model(*inputs)
+    torch.cuda.current_stream(device).wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph), torch.no_grad():
+        for inputs in own:
+            model(*inputs)
+    return graph.replay
+
+
+def _synchronize(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def describe_inputs(inputs: list[Any]) -> list[str]:
+    described = []
+    for value in inputs:
+        if isinstance(value, torch.Tensor):
+            shape = ",".join(str(d) for d in value.shape)
+            described.append(f"{str(value.dtype).removeprefix('torch.')}[{shape}]")
+        else:
+            described.append(repr(value))
+    return described

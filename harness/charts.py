@@ -1,0 +1,107 @@
+"""Draw a problem's speedups as an SVG chart beside its tables, from the records alone.
+
+One horizontal bar per (solution, shape) of the latest ok record of each solution, drawn from
+1x to the speedup over eager PyTorch on a log axis, with the 95% interval as an error bar.
+The SVG is deterministic (no date, fixed id salt, text kept as text), so an unchanged chart
+rewrites to the same bytes and diffs stay quiet. matplotlib is optional: without it, no chart.
+"""
+
+from __future__ import annotations
+
+import io
+from pathlib import Path
+from typing import Any
+
+from harness import records, report
+from harness.summary import CPU_MARK, ran_on_cpu_beside_gpu
+
+HASH_SALT = "kernel-bench"  # fixes the ids matplotlib puts in the SVG
+BAR_HEIGHT_IN = 0.32  # figure inches per bar
+MARGIN_IN = 1.4  # figure inches for title and axis
+
+
+def chart_bars(problem_records: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """One bar per (solution, shape) of the ok records: label, shape, value, low, high."""
+    bars = []
+    for record in problem_records:
+        if record.get("status") != "ok":
+            continue
+        mark = CPU_MARK if ran_on_cpu_beside_gpu(record) else ""
+        for bench in record.get("benchmarks") or []:
+            speedup = report.bench_speedup(bench)
+            shape = report.bench_label(bench)
+            bars.append(
+                {
+                    "label": f"{record['solution']}{mark}  {shape}",
+                    "shape": shape,
+                    "value": speedup.value,
+                    "low": min(speedup.low, speedup.value),
+                    "high": max(speedup.high, speedup.value),
+                }
+            )
+    return bars
+
+
+def render_svg(problem: str, gpu: str, bars: list[dict[str, Any]]) -> str:
+    """The chart as SVG text; raises ImportError without matplotlib."""
+    import matplotlib
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+
+    with matplotlib.rc_context({"svg.hashsalt": HASH_SALT, "svg.fonttype": "none"}):
+        figure = Figure(figsize=(8, MARGIN_IN + BAR_HEIGHT_IN * len(bars)))
+        FigureCanvasAgg(figure)
+        _draw(figure.add_subplot(), problem, gpu, bars)
+        figure.tight_layout()
+        buffer = io.StringIO()
+        figure.savefig(buffer, format="svg", metadata={"Date": None})
+    return buffer.getvalue()
+
+
+def _draw(axes: Any, problem: str, gpu: str, bars: list[dict[str, Any]]) -> None:
+    """Bars from 1x to each speedup (first at the top), interval whiskers, a line at 1x."""
+    shapes = list(dict.fromkeys(bar["shape"] for bar in bars))
+    colours = [f"C{shapes.index(bar['shape']) % 10}" for bar in bars]
+    ys = list(range(len(bars)))
+    values = [bar["value"] for bar in bars]
+    errors = [
+        [v - bar["low"] for v, bar in zip(values, bars, strict=True)],
+        [bar["high"] - v for v, bar in zip(values, bars, strict=True)],
+    ]
+    axes.barh(ys, [v - 1 for v in values], left=1, color=colours, height=0.7)
+    axes.errorbar(values, ys, xerr=errors, fmt="none", ecolor="black", capsize=3, linewidth=1)
+    for y, value in zip(ys, values, strict=True):
+        axes.annotate(
+            f"{value:.2f}x", (value, y), xytext=(4, 4), textcoords="offset points", fontsize=8
+        )
+    axes.axvline(1, color="black", linewidth=1)
+    axes.set_xscale("log")
+    axes.xaxis.set_major_formatter(lambda value, _: f"{value:g}x")
+    lows, highs = [bar["low"] for bar in bars], [bar["high"] for bar in bars]
+    axes.set_xlim(min(*lows, 1) / 1.5, max(*highs, 1) * 1.5)
+    axes.set_yticks(ys, [bar["label"] for bar in bars])
+    axes.invert_yaxis()
+    axes.set_xlabel("speedup over eager PyTorch (log scale; whiskers: 95% interval)")
+    axes.set_title(f"{problem} on {gpu}")
+    axes.grid(axis="x", which="both", alpha=0.3)
+
+
+def write_chart(folder: Path, problem: str) -> Path | None:
+    """Re-draw `<problem>.svg` in `folder` from its run log; returns its path.
+
+    None, writing nothing, when matplotlib is missing or no solution of `problem` is ok.
+    """
+    with records.locked(folder):
+        problem_records = report.latest_per_solution(records.read(folder), problem)
+        bars = chart_bars(problem_records)
+        if not bars:
+            return None
+        newest = max(problem_records, key=lambda r: r.get("time", ""))
+        gpu = newest.get("machine", {}).get("gpu") or "CPU"
+        try:
+            svg = render_svg(problem, gpu, bars)
+        except ImportError:
+            return None
+        path = folder / f"{problem}.svg"
+        records.write_atomic(path, svg)
+    return path

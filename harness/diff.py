@@ -1,0 +1,258 @@
+"""Compare two recorded runs: two GPUs, or one GPU before and after a change.
+
+A side is a spec `FOLDER[@REF]`: a results folder, and optionally a run id prefix or a commit
+prefix that picks some of its records. Each side holds the latest record of each solution
+among the picked ones. Each shape timed on both sides gets the ratio of the medians, old over
+new (above 1: the new side is faster), with an unpaired 95% interval. The verdict comes from
+the interval, never the point: "faster" when all of it lies above 1 + threshold, "slower" when
+all of it lies below 1 / (1 + threshold), else "unchanged".
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from tabulate import tabulate
+
+from harness import records, report, stats
+from harness.errors import UserError
+from harness.summary import CPU_MARK, latest_records, ran_on_cpu_beside_gpu
+
+THRESHOLD = 0.02  # a change smaller than 2% is "unchanged" even when the interval is tight
+SHOWN_CHOICES = 5  # how many run ids and commits an error message names
+
+
+@dataclass(frozen=True)
+class Side:
+    """One side of a comparison: what the spec said and the latest record of each solution."""
+
+    spec: str
+    folder: Path
+    ref: str | None
+    latest: list[dict[str, Any]]
+
+    def commits(self) -> list[str]:
+        return sorted({r.get("machine", {}).get("commit") or "?" for r in self.latest})
+
+    def gpus(self) -> list[str]:
+        return sorted({r.get("machine", {}).get("gpu") or "CPU" for r in self.latest})
+
+    def run_ids(self) -> list[str]:
+        return sorted({r.get("run_id") or "?" for r in self.latest})
+
+
+def parse_spec(spec: str) -> tuple[Path, str | None]:
+    """'results/x@abc' -> (results/x, 'abc'); a spec without '@' (or an existing folder named
+    with one) has no ref."""
+    folder, sep, ref = spec.rpartition("@")
+    if not sep or Path(spec).is_dir():
+        return Path(spec), None
+    if not ref:
+        raise UserError(f"{spec!r}: nothing after '@'; give a run id or commit prefix, or no '@'")
+    return Path(folder), ref
+
+
+def select(spec: str) -> Side:
+    """The side a spec names; a UserError when its folder has no records or its ref matches none."""
+    folder, ref = parse_spec(spec)
+    all_records = records.read(folder)
+    if not all_records:
+        raise UserError(f"{folder}: no recorded runs there (no {records.LOG_NAME} with records)")
+    picked = [r for r in all_records if ref is None or _matches(r, ref)]
+    if not picked:
+        raise UserError(
+            f"{spec}: no record has a run id or commit starting with {ref!r}; "
+            f"{folder} has {_choices(all_records)}"
+        )
+    return Side(spec, folder, ref, latest_records(picked))
+
+
+def _matches(record: dict[str, Any], ref: str) -> bool:
+    commit = record.get("machine", {}).get("commit") or ""
+    return str(record.get("run_id", "")).startswith(ref) or commit.startswith(ref)
+
+
+def _choices(all_records: list[dict[str, Any]]) -> str:
+    """'run ids a, b; commits c, d': the newest few of each, for an error message."""
+    run_ids = list(dict.fromkeys(str(r.get("run_id")) for r in reversed(all_records)))
+    commits = list(
+        dict.fromkeys(c for r in reversed(all_records) if (c := r.get("machine", {}).get("commit")))
+    )
+    return (
+        f"run ids {', '.join(run_ids[:SHOWN_CHOICES])}"
+        f"; commits {', '.join(commits[:SHOWN_CHOICES]) or 'none recorded'}"
+    )
+
+
+def verdict(ratio: stats.Interval, threshold: float = THRESHOLD) -> str:
+    """'faster', 'slower' or 'unchanged' for an old/new time ratio, from its interval alone."""
+    if ratio.low > 1 + threshold:
+        return "faster"
+    if ratio.high < 1 / (1 + threshold):
+        return "slower"
+    return "unchanged"
+
+
+def time_ratio(old_bench: dict[str, Any], new_bench: dict[str, Any]) -> stats.Interval:
+    """Old median time over new, with an unpaired interval from both sides' samples."""
+    return stats.unpaired_ratio(_samples(old_bench), _samples(new_bench))
+
+
+def _samples(bench: dict[str, Any]) -> list[float]:
+    timing = bench["solution"]
+    return list(timing.get("times_us") or [timing["median_us"]])
+
+
+def compare(old: Side, new: Side, threshold: float = THRESHOLD) -> dict[str, list[dict[str, Any]]]:
+    """Rows of a comparison: 'shapes' timed on both sides, 'status' changes, 'only_old' and
+    'only_new' for solutions or shapes present on one side."""
+    old_by, new_by = _by_solution(old.latest), _by_solution(new.latest)
+    result: dict[str, list[dict[str, Any]]] = {
+        "shapes": [],
+        "status": [],
+        "only_old": [],
+        "only_new": [],
+    }
+    for key in sorted(old_by.keys() | new_by.keys()):
+        before, after = old_by.get(key), new_by.get(key)
+        if before is None or after is None:
+            one = before or after
+            assert one is not None
+            side = "only_old" if after is None else "only_new"
+            result[side].append(_one_sided(one, "(every shape)"))
+            continue
+        if before["status"] != after["status"]:
+            result["status"].append(
+                {**_names(before), "old": before["status"], "new": after["status"]}
+            )
+        _compare_shapes(before, after, threshold, result)
+    return result
+
+
+def _by_solution(latest: list[dict[str, Any]]) -> dict[tuple[str, str], dict[str, Any]]:
+    return {(r["problem"], r["solution_path"]): r for r in latest}
+
+
+def _shape_key(bench: dict[str, Any]) -> tuple[str, tuple[str, ...]]:
+    """A shape is its name and its inputs: a 'default' whose inputs changed is another shape."""
+    return bench["name"], tuple(bench.get("inputs") or ())
+
+
+def _names(record: dict[str, Any]) -> dict[str, Any]:
+    cpu = CPU_MARK if ran_on_cpu_beside_gpu(record) else ""
+    return {"problem": record["problem"], "solution": record["solution"] + cpu}
+
+
+def _one_sided(record: dict[str, Any], shape: str) -> dict[str, Any]:
+    return {**_names(record), "shape": shape, "status": record["status"]}
+
+
+def _compare_shapes(
+    before: dict[str, Any],
+    after: dict[str, Any],
+    threshold: float,
+    result: dict[str, list[dict[str, Any]]],
+) -> None:
+    old_shapes = {_shape_key(b): b for b in before.get("benchmarks") or []}
+    new_shapes = {_shape_key(b): b for b in after.get("benchmarks") or []}
+    for key, old_bench in old_shapes.items():
+        if key not in new_shapes:
+            result["only_old"].append(_one_sided(before, report.bench_label(old_bench)))
+            continue
+        new_bench = new_shapes[key]
+        ratio = time_ratio(old_bench, new_bench)
+        result["shapes"].append(
+            {
+                **_names(after),
+                "shape": report.bench_label(new_bench),
+                "old_us": old_bench["solution"]["median_us"],
+                "new_us": new_bench["solution"]["median_us"],
+                "ratio": ratio,
+                "verdict": verdict(ratio, threshold),
+                "old_speedup": report.bench_speedup(old_bench).value,
+                "new_speedup": report.bench_speedup(new_bench).value,
+            }
+        )
+    for key, new_bench in new_shapes.items():
+        if key not in old_shapes:
+            result["only_new"].append(_one_sided(after, report.bench_label(new_bench)))
+
+
+def render_comparison(old_spec: str, new_spec: str, threshold: float = THRESHOLD) -> str:
+    """The comparison of two specs as markdown: both sides, shapes with verdicts, and what
+    changed status or is present on one side only."""
+    old, new = select(old_spec), select(new_spec)
+    result = compare(old, new, threshold)
+    verdicts = [row["verdict"] for row in result["shapes"]]
+    counts = ", ".join(f"{verdicts.count(v)} {v}" for v in ("faster", "slower", "unchanged"))
+    parts = [
+        f"# Comparison: {old_spec} -> {new_spec}\n\n{_sides_table(old, new)}",
+        f"old/new is the old median time over the new (above 1: new is faster), with its 95% "
+        f"interval from both sides' samples. A shape is faster when the whole interval lies "
+        f"above {1 + threshold:g}, slower when it lies below 1/{1 + threshold:g}, else "
+        f"unchanged. Speedups are over eager PyTorch, each side's own;{CPU_MARK} marks a C++ "
+        f"solution timed on the CPU against the reference on the CPU.\n\n{counts}.",
+        "## Shapes timed on both sides\n\n" + _shapes_table(result["shapes"]),
+    ]
+    titles = {"status": "Status changes", "only_old": "Only in old", "only_new": "Only in new"}
+    for key, title in titles.items():
+        if result[key]:
+            parts.append(f"## {title}\n\n" + _plain_table(result[key]))
+    return "\n\n".join(parts) + "\n"
+
+
+def _sides_table(old: Side, new: Side) -> str:
+    lines = [
+        [
+            name,
+            side.spec,
+            str(side.folder),
+            ", ".join(side.commits()),
+            ", ".join(side.gpus()),
+            ", ".join(side.run_ids()),
+        ]
+        for name, side in (("old", old), ("new", new))
+    ]
+    headers = ["side", "spec", "folder", "commit(s)", "gpu", "run id(s)"]
+    return tabulate(lines, headers=headers, tablefmt="github", disable_numparse=True)
+
+
+def _shapes_table(rows: list[dict[str, Any]]) -> str:
+    lines = [
+        [
+            row["problem"],
+            row["solution"],
+            row["shape"],
+            _us(row["old_us"]),
+            _us(row["new_us"]),
+            f"{row['ratio'].value:.3f}",
+            f"{row['ratio'].low:.3f} - {row['ratio'].high:.3f}",
+            row["verdict"],
+            f"{row['old_speedup']:.2f}x",
+            f"{row['new_speedup']:.2f}x",
+        ]
+        for row in rows
+    ]
+    headers = [
+        "problem",
+        "solution",
+        "shape",
+        "old (us)",
+        "new (us)",
+        "old/new",
+        "95% interval",
+        "verdict",
+        "old speedup",
+        "new speedup",
+    ]
+    return tabulate(lines, headers=headers, tablefmt="github", disable_numparse=True)
+
+
+def _plain_table(rows: list[dict[str, Any]]) -> str:
+    return tabulate(rows, headers="keys", tablefmt="github", disable_numparse=True)
+
+
+def _us(value: float) -> str:
+    return f"{value:.2f}" if value < 10 else f"{value:.1f}" if value < 1000 else f"{value:,.0f}"

@@ -1,0 +1,86 @@
+"""How close a kernel comes to the memory system's ceiling.
+
+The ceiling is the device's copy bandwidth: a large `dst.copy_(src)` timed with CUDA events,
+counting the bytes read plus the bytes written. It is measured once per GPU model (and torch
+version) and kept in `<results>/<machine>/ceiling.json`, so every row of every run on that GPU
+is judged against the same figure. A kernel's achieved bandwidth is the bytes its problem must
+move over its median time; more than the ceiling means a warm cache, a wrong byte count, or a
+solution that skips work, and the tables flag it.
+"""
+
+from __future__ import annotations
+
+import datetime
+import json
+import statistics
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from harness import records
+from harness.loading import Problem
+
+CEILING_NAME = "ceiling.json"
+COPY_BYTES = 1 << 30  # 1 GiB each way: far beyond any L2, so no cache helps
+COPY_REPS = 30
+
+
+def tensor_bytes(value: Any) -> int:
+    """Bytes of every tensor in `value` (nested lists and tuples too), each counted once."""
+    if isinstance(value, torch.Tensor):
+        return value.numel() * value.element_size()
+    if isinstance(value, (list, tuple)):
+        return sum(tensor_bytes(v) for v in value)
+    return 0
+
+
+def counts(problem: Problem, inputs: list[Any], output: Any) -> dict[str, int | None]:
+    """Bytes to move (the problem's count, else inputs read once plus outputs written once)
+    and floating-point operations (the problem's count, else None)."""
+    moved = problem.count_bytes or (lambda i, o: tensor_bytes(i) + tensor_bytes(o))
+    flops = problem.count_flops(inputs, output) if problem.count_flops else None
+    return {"bytes": int(moved(inputs, output)), "flops": None if flops is None else int(flops)}
+
+
+def measure_copy(device: torch.device) -> dict[str, Any]:
+    """Copy bandwidth of `device` in GB/s (read + write bytes over the median copy time)."""
+    src = torch.empty(COPY_BYTES // 4, dtype=torch.float32, device=device).fill_(1.0)
+    dst = torch.empty_like(src)
+    for _ in range(3):
+        dst.copy_(src)
+    pairs = []
+    for _ in range(COPY_REPS):
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        dst.copy_(src)
+        end.record()
+        pairs.append((start, end))
+    torch.cuda.synchronize(device)
+    median_us = statistics.median(s.elapsed_time(e) * 1e3 for s, e in pairs)
+    del src, dst
+    torch.cuda.empty_cache()
+    return {"copy_gbps": 2 * COPY_BYTES / median_us / 1e3, "copy_bytes": COPY_BYTES}
+
+
+def ceiling(folder: Path, device: torch.device, machine: dict[str, Any]) -> dict[str, Any] | None:
+    """The cached ceiling of this GPU model and torch version, measured first if missing."""
+    if device.type != "cuda":
+        return None
+    path = folder / CEILING_NAME
+    key = {"gpu": machine.get("gpu"), "torch": machine.get("torch")}
+    if path.exists():
+        try:
+            cached = json.loads(path.read_text(encoding="utf-8"))
+        except json.JSONDecodeError:
+            cached = {}
+        if {k: cached.get(k) for k in key} == key:
+            return {**cached, "cached": True}
+    measured = {
+        **key,
+        **measure_copy(device),
+        "driver": machine.get("driver"),
+        "measured": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+    }
+    records.write_atomic(path, json.dumps(measured, indent=2, sort_keys=True) + "\n")
+    return {**measured, "cached": False}

@@ -1,0 +1,94 @@
+"""Statistics of timing samples: noise, intervals and geometric means, all distribution-free.
+
+Timing samples are skewed (a floor, then a tail of slow outliers), so intervals here use order
+statistics rather than a normal model:
+
+- a median's interval is the pair of order statistics that a binomial(n, 1/2) count puts
+  around it (the classic sign-test interval, normal approximation to the binomial);
+- a paired speedup is the median of the per-round ratios reference / solution, with that
+  median's interval: the two calls of a round run back to back, so drift cancels in the ratio;
+- an unpaired ratio (a cached baseline, or two recorded runs) divides the two medians, and its
+  interval combines each median's interval at sqrt(confidence), so that both hold together
+  with at least `confidence` when the two sample sets are independent.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+CONFIDENCE = 0.95
+
+
+@dataclass(frozen=True)
+class Interval:
+    """A point estimate with its confidence interval."""
+
+    value: float
+    low: float
+    high: float
+
+    def to_dict(self) -> dict[str, float]:
+        return {"value": self.value, "low": self.low, "high": self.high}
+
+
+def relative_standard_error(samples: Sequence[float]) -> float:
+    """Standard error of the mean over the mean; inf with fewer than two samples."""
+    if len(samples) < 2:
+        return math.inf
+    values = np.asarray(samples, dtype=np.float64)
+    mean = float(values.mean())
+    if mean <= 0:
+        return math.inf
+    return float(values.std(ddof=1)) / math.sqrt(len(values)) / mean
+
+
+def median_interval(samples: Sequence[float], confidence: float = CONFIDENCE) -> Interval:
+    """The median and a distribution-free interval for it (sign-test order statistics)."""
+    if not samples:
+        raise ValueError("no samples")
+    values = np.sort(np.asarray(samples, dtype=np.float64))
+    n = len(values)
+    median = float(np.median(values))
+    half = _z(confidence) * math.sqrt(n) / 2
+    low = max(0, math.floor(n / 2 - half))
+    high = min(n - 1, math.ceil(n / 2 + half) - 1)
+    return Interval(median, float(values[low]), float(values[high]))
+
+
+def paired_ratio(
+    numerator: Sequence[float], denominator: Sequence[float], confidence: float = CONFIDENCE
+) -> Interval:
+    """Median of numerator[i] / denominator[i] over paired samples, with its interval."""
+    if len(numerator) != len(denominator):
+        raise ValueError(f"unpaired: {len(numerator)} and {len(denominator)} samples")
+    ratios = np.asarray(numerator, dtype=np.float64) / np.asarray(denominator, dtype=np.float64)
+    return median_interval(ratios.tolist(), confidence)
+
+
+def unpaired_ratio(
+    numerator: Sequence[float], denominator: Sequence[float], confidence: float = CONFIDENCE
+) -> Interval:
+    """median(numerator) / median(denominator), with a conservative joint interval."""
+    each = math.sqrt(confidence)
+    top, bottom = median_interval(numerator, each), median_interval(denominator, each)
+    return Interval(top.value / bottom.value, top.low / bottom.high, top.high / bottom.low)
+
+
+def geomean(values: Sequence[float]) -> float:
+    """Geometric mean of positive values; nan when there are none."""
+    if not values:
+        return math.nan
+    return math.exp(sum(math.log(v) for v in values) / len(values))
+
+
+def _z(confidence: float) -> float:
+    """The standard normal quantile for a two-sided interval of `confidence`."""
+    if not 0 < confidence < 1:
+        raise ValueError(f"confidence must lie strictly between 0 and 1, got {confidence}")
+    from statistics import NormalDist
+
+    return NormalDist().inv_cdf(0.5 + confidence / 2)

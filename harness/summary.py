@@ -1,0 +1,204 @@
+"""The summary across problems: each solution's score, each problem's best, fast_p over all.
+
+A solution's score is the geometric mean, over its benchmark shapes, of its speedup over eager
+PyTorch; only an `ok` solution with timed shapes has one. A problem's best is its highest-scoring
+`ok` solution, and fast_p (KernelBench's metric) is the share of problems whose best is correct
+and scores above p. A problem where nothing is `ok` still counts in fast_p's denominator.
+
+On a GPU machine, a C++ solution timed on the CPU (against the reference on the CPU) is shown
+but never chosen as a problem's best: its speedup does not compare with the GPU's.
+"""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+from typing import Any
+
+from tabulate import tabulate
+
+from harness import records, report
+from harness.stats import geomean
+
+SUMMARY_NAME = "summary.md"
+FAST_P = (1.0, 1.5, 2.0)  # the thresholds p of fast_p
+CPU_MARK = " (CPU)"  # appended to a CPU-run solution's name on a GPU machine
+
+
+def latest_records(all_records: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The newest record of each solution of every problem, sorted by problem then solution."""
+    problems = sorted({r["problem"] for r in all_records if r.get("problem")})
+    return [r for p in problems for r in report.latest_per_solution(all_records, p)]
+
+
+def score(record: dict[str, Any]) -> float | None:
+    """Geomean of the speedups over eager across shapes; None unless ok with timed shapes."""
+    benchmarks = record.get("benchmarks") or []
+    if record.get("status") != "ok" or not benchmarks:
+        return None
+    return geomean([report.bench_speedup(b).value for b in benchmarks])
+
+
+def compile_score(record: dict[str, Any]) -> float | None:
+    """Geomean of the speedups over torch.compile; None unless every shape has one."""
+    benchmarks = record.get("benchmarks") or []
+    if record.get("status") != "ok" or not benchmarks:
+        return None
+    if not all(b.get("vs_compile") for b in benchmarks):
+        return None
+    return geomean([b["vs_compile"]["value"] for b in benchmarks])
+
+
+def ran_on_cpu_beside_gpu(record: dict[str, Any]) -> bool:
+    """True for a solution timed on the CPU on a machine that has a GPU."""
+    return record.get("device") == "cpu" and bool(record.get("machine", {}).get("gpu"))
+
+
+def summary_rows(all_records: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """One row per (problem, solution) from its latest record.
+
+    Keys: problem, solution, solution_path, status, shapes, score, vs_compile (floats or None),
+    cpu (True for a CPU-run solution on a GPU machine: never a problem's best).
+    """
+    latest = latest_records(all_records)
+    rows = []
+    for record in latest:
+        same_stem = [r for r in latest if (r["problem"], r["solution"]) == _stem_key(record)]
+        rows.append(
+            {
+                "problem": record["problem"],
+                "solution": record["solution"] if len(same_stem) == 1 else record["solution_path"],
+                "solution_path": record["solution_path"],
+                "status": record["status"],
+                "shapes": len(record.get("benchmarks") or []),
+                "score": score(record),
+                "vs_compile": compile_score(record),
+                "cpu": ran_on_cpu_beside_gpu(record),
+            }
+        )
+    return rows
+
+
+def _stem_key(record: dict[str, Any]) -> tuple[str, str]:
+    return record["problem"], record["solution"]
+
+
+def best_per_problem(rows: list[dict[str, Any]]) -> dict[str, dict[str, Any] | None]:
+    """Each problem's highest-scoring ok row (CPU-run rows excluded), or None where none is ok."""
+    best: dict[str, dict[str, Any] | None] = {row["problem"]: None for row in rows}
+    for row in rows:
+        if row["status"] != "ok" or row["score"] is None or row["cpu"]:
+            continue
+        current = best[row["problem"]]
+        if current is None or row["score"] > current["score"]:
+            best[row["problem"]] = row
+    return best
+
+
+def fast_p(best: dict[str, dict[str, Any] | None], p: float) -> float:
+    """Share of problems whose best solution is ok and scores above p; nan with no problems."""
+    if not best:
+        return math.nan
+    fast = [row for row in best.values() if row is not None and row["score"] > p]
+    return len(fast) / len(best)
+
+
+def render_summary(folder: Path) -> str:
+    """The summary of `folder`'s run log as markdown: solutions, best per problem, fast_p."""
+    all_records = records.read(folder)
+    rows = summary_rows(all_records)
+    best = best_per_problem(rows)
+    parts = [
+        _header(all_records, rows, best),
+        "## Solutions\n\n" + _solutions_table(rows, best),
+        "## Best per problem\n\n" + _best_table(rows, best),
+        "## Over all problems\n\n" + _overall(best),
+    ]
+    if any(row["cpu"] for row in rows):
+        parts.append(
+            f"`{CPU_MARK.strip()}`: a C++ solution checked and timed on the CPU, against the "
+            "reference on the CPU. Its speedup does not compare with the GPU's, so it is never "
+            "chosen as a problem's best."
+        )
+    return "\n\n".join(parts) + "\n"
+
+
+def write_summary(folder: Path) -> Path:
+    """Re-render `summary.md` in `folder` from its run log; returns its path."""
+    path = folder / SUMMARY_NAME
+    with records.locked(folder):
+        records.write_atomic(path, render_summary(folder))
+    return path
+
+
+def _header(
+    all_records: list[dict[str, Any]],
+    rows: list[dict[str, Any]],
+    best: dict[str, dict[str, Any] | None],
+) -> str:
+    latest = latest_records(all_records)
+    newest = max(latest, key=lambda r: r.get("time", ""), default={})
+    machine = newest.get("machine", {})
+    where = machine.get("gpu") or f"CPU ({machine.get('cpu')})"
+    env = ", ".join(f"{k} {machine[k]}" for k in ("torch", "cuda", "driver") if machine.get(k))
+    commits = sorted({r.get("machine", {}).get("commit") or "?" for r in latest})
+    return (
+        f"# Summary on {where}\n\n"
+        f"Latest result of each of {len(rows)} solution(s) of {len(best)} problem(s). "
+        "score: the geometric mean, over the solution's benchmark shapes, of its speedup over "
+        "eager PyTorch (ok solutions only); vs compile: the same over the torch.compile'd "
+        "reference, where every shape has it. A problem's best is its ok solution with the "
+        "highest score; fast_p is the share of problems whose best is correct and scores above "
+        "p, counting problems where nothing is ok.\n\n"
+        f"Newest run {newest.get('time', '?')}, {env or 'environment unknown'}; "
+        f"commit(s) {', '.join(commits) or '?'}. Raw samples: `{records.LOG_NAME}`."
+    )
+
+
+def _times(value: float | None) -> str:
+    return "" if value is None or math.isnan(value) else f"{value:.2f}x"
+
+
+def _solutions_table(rows: list[dict[str, Any]], best: dict[str, dict[str, Any] | None]) -> str:
+    lines = [
+        [
+            row["problem"],
+            row["solution"] + (CPU_MARK if row["cpu"] else ""),
+            row["status"],
+            str(row["shapes"]),
+            _times(row["score"]),
+            _times(row["vs_compile"]),
+            "yes" if best.get(row["problem"]) is row else "",
+        ]
+        for row in rows
+    ]
+    headers = ["problem", "solution", "status", "shapes", "score", "vs compile", "best"]
+    return tabulate(lines, headers=headers, tablefmt="github", disable_numparse=True)
+
+
+def _best_table(rows: list[dict[str, Any]], best: dict[str, dict[str, Any] | None]) -> str:
+    cpu_only = {row["problem"] for row in rows if row["cpu"] and row["status"] == "ok"}
+    lines = [
+        [problem, row["solution"], _times(row["score"]), _times(row["vs_compile"])]
+        if row
+        else [problem, "(only CPU runs ok)" if problem in cpu_only else "(none ok)", "", ""]
+        for problem, row in best.items()
+    ]
+    headers = ["problem", "best solution", "score", "vs compile"]
+    return tabulate(lines, headers=headers, tablefmt="github", disable_numparse=True)
+
+
+def _overall(best: dict[str, dict[str, Any] | None]) -> str:
+    scores = [row["score"] for row in best.values() if row is not None]
+    lines = [[f"fast_{p:g}", _share(fast_p(best, p), len(best))] for p in FAST_P]
+    table = tabulate(lines, headers=["metric", "value"], tablefmt="github", disable_numparse=True)
+    return (
+        f"Geometric mean of the best scores: {_times(geomean(scores)) or 'none'} "
+        f"(over {len(scores)} of {len(best)} problem(s) with a best solution).\n\n{table}"
+    )
+
+
+def _share(fraction: float, total: int) -> str:
+    if math.isnan(fraction):
+        return ""
+    return f"{fraction:.2f} ({round(fraction * total)} of {total})"
