@@ -144,6 +144,13 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         "microsecond kernels)",
     )
     timing.add_argument(
+        "--flush",
+        choices=["read", "write"],
+        default=d.flush,
+        help="how L2 is emptied before each call: read a 2x L2 buffer (clean lines), or write "
+        "it as triton's do_bench does (dirty lines the call must write back)",
+    )
+    timing.add_argument(
         "--compile",
         action="store_true",
         help="also time the reference under torch.compile (compile time excluded; cached per "
@@ -305,6 +312,7 @@ def main(argv: list[str] | None = None) -> int:
             seed=args.seed,
             rule=args.rule,
             graph=args.graph,
+            flush=args.flush,
             compile=args.compile,
             baseline_cache=not args.no_baseline_cache,
             timeout_s=args.timeout,

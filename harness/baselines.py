@@ -4,8 +4,9 @@ then reused from `<results>/<machine>/baselines.jsonl`.
 Compiling takes tens of seconds per shape, so the baseline is timed by a worker of its own
 (compile time kept out of the samples) and cached; each solution's row then carries the
 compiled reference's median and the speedup over it, an unpaired ratio with its interval, and
-says whether the baseline came from the cache. Eager PyTorch is never cached: it is timed side
-by side with every solution, which is what makes that speedup paired.
+says whether the baseline came from the cache. A compiled reference whose output differs from
+eager PyTorch's is recorded with the difference and gives no speedup. Eager PyTorch is never
+cached: it is timed side by side with every solution, which is what makes that speedup paired.
 """
 
 from __future__ import annotations
@@ -16,11 +17,6 @@ from typing import Any
 from harness import records, stats
 
 LOG_NAME = "baselines.jsonl"
-KEY_FIELDS = ("problem", "reference_hash", "name", "inputs", "mode", "gpu", "torch")
-
-
-def key(entry: dict[str, Any]) -> tuple[Any, ...]:
-    return tuple(str(entry.get(name)) for name in KEY_FIELDS)
 
 
 def cached(folder: Path, wanted: dict[str, Any]) -> list[dict[str, Any]]:
@@ -30,6 +26,7 @@ def cached(folder: Path, wanted: dict[str, Any]) -> list[dict[str, Any]]:
         entry
         for entry in records.read(folder, LOG_NAME)
         if all(str(entry.get(f)) == str(wanted.get(f)) for f in fields)
+        and entry.get("flush", "read") == wanted.get("flush", "read")
     ]
 
 
@@ -62,5 +59,7 @@ def attach(bench: dict[str, Any], entries: list[dict[str, Any]], run_id: str) ->
         "measured_at": entry.get("time"),
         "mismatch": entry.get("mismatch"),
     }
+    if entry.get("mismatch"):  # a wrong answer is no baseline: no speedup over it
+        return
     ratio = stats.unpaired_ratio(compiled["times_us"], bench["solution"]["times_us"])
     bench["vs_compile"] = ratio.to_dict()

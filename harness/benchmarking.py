@@ -40,6 +40,7 @@ class Settings:
     rule: timing.StopRule
     graph: bool
     seed: int
+    flush: str = "read"
     override: tuple[float | None, float | None] = (None, None)
 
 
@@ -48,7 +49,7 @@ def time_benchmarks(
 ) -> list[dict[str, Any]]:
     """One row per benchmark of `problem` (see the module doc)."""
     on_gpu = device.type == "cuda"
-    timer: timing.Timer = timing.CudaTimer(device) if on_gpu else timing.WallTimer()
+    timer: timing.Timer = timing.CudaTimer(device, settings.flush) if on_gpu else timing.WallTimer()
     floor = timing.floor_us(timer, device, settings.rule) if on_gpu else None
     rows = []
     for index, bench in enumerate(problem.benchmarks):
@@ -112,8 +113,11 @@ def _sample(
     if device.type != "cuda":
         timer = timing.WallTimer()
     else:
+        graphed = per_call > 1
         timer = timing.CudaTimer(
-            device, flush=per_call == 1, method="cuda_events" if per_call == 1 else "cuda_graph"
+            device,
+            flush=None if graphed else settings.flush,
+            method="cuda_graph" if graphed else "cuda_events",
         )
     after = probe.after if probe else None
     with torch.no_grad():

@@ -43,6 +43,7 @@ CSV_COLUMNS = [c for c in COLUMNS if c not in ("notes", "speedup", "vs_compile")
     "vs_compile_high",
     "compile_median_us",
     "compile_cached",
+    "compile_mismatch",
     "ref_iqr_pct",
     "rse",
     "ref_rse",
@@ -93,7 +94,8 @@ def table_rows(problem_records: list[dict[str, Any]]) -> list[dict[str, Any]]:
         if not benchmarks:
             rows.append({**base, "shape": "-"})
         for bench in benchmarks:
-            rows.append({**base, **_timing_columns(bench, record.get("ceiling"))})
+            ceiling = record.get("ceiling") if record.get("device") != "cpu" else None
+            rows.append({**base, **_timing_columns(bench, ceiling)})
     return rows
 
 
@@ -139,13 +141,18 @@ def _roofline_columns(bench: dict[str, Any], ceiling: dict[str, Any] | None) -> 
 
 
 def _compile_columns(bench: dict[str, Any]) -> dict[str, Any]:
-    versus, compiled = bench.get("vs_compile"), bench.get("compile")
-    if not versus or not compiled:
+    versus, compiled = bench_vs_compile(bench), bench.get("compile")
+    if not compiled:
         return {}
+    if not versus:
+        return {
+            "compile_median_us": compiled["median_us"],
+            "compile_mismatch": compiled["mismatch"],
+        }
     return {
-        "vs_compile": versus["value"],
-        "vs_compile_low": versus["low"],
-        "vs_compile_high": versus["high"],
+        "vs_compile": versus.value,
+        "vs_compile_low": versus.low,
+        "vs_compile_high": versus.high,
         "compile_median_us": compiled["median_us"],
         "compile_cached": compiled.get("cached"),
     }
@@ -180,9 +187,8 @@ def flags(bench: dict[str, Any], columns: dict[str, Any]) -> list[str]:
         found.append(f"throttled: {columns['throttled_samples']} samples ({reasons})")
     if bench.get("note"):
         found.append(bench["note"])
-    compiled = bench.get("compile") or {}
-    if compiled.get("mismatch"):
-        found.append(f"torch.compile output differs: {compiled['mismatch']}")
+    if (bench.get("compile") or {}).get("mismatch"):
+        found.append("torch.compile's output differs from eager's: no 'vs compile'")
     return found
 
 
@@ -196,6 +202,14 @@ def bench_speedup(bench: dict[str, Any]) -> Interval:
         return Interval(**bench["speedup"])
     ratio = bench["reference"]["median_us"] / bench["solution"]["median_us"]
     return Interval(ratio, ratio, ratio)
+
+
+def bench_vs_compile(bench: dict[str, Any]) -> Interval | None:
+    """The speedup over the torch.compile'd reference, or None: not measured, or the compiled
+    reference gave a different answer from eager (then it is no baseline)."""
+    if not bench.get("vs_compile") or (bench.get("compile") or {}).get("mismatch"):
+        return None
+    return Interval(**bench["vs_compile"])
 
 
 def bench_label(bench: dict[str, Any]) -> str:
@@ -260,6 +274,8 @@ def _ratio_cell(row: dict[str, Any], column: str) -> str:
     """'2.08x [2.05, 2.11]', or '2.08x' where no interval was recorded; '*' marks a cached
     compile baseline."""
     value = row.get(column)
+    if column == "vs_compile" and row.get("compile_mismatch"):
+        return "wrong answer"
     if value is None or (isinstance(value, float) and pd.isna(value)):
         return ""
     low, high = row.get(f"{column}_low"), row.get(f"{column}_high")
@@ -292,8 +308,12 @@ def _method(newest: dict[str, Any]) -> str:
         how = "a wall clock around each call, caches not flushed"
     elif (newest.get("settings") or {}).get("graph"):
         how = "CUDA-graph replays over input sets larger than twice the L2, per call"
+    elif (newest.get("settings") or {}).get("flush") == "write":
+        how = "CUDA events around each call; before each, L2 flushed by writing a 2x L2 buffer "
+        how += "(dirty lines, as triton's do_bench) and host time hidden"
     else:
-        how = "CUDA events around each call, L2 flushed and host time hidden before each"
+        how = "CUDA events around each call; before each, L2 flushed by reading a 2x L2 "
+        how += "buffer (clean lines) and host time hidden"
     text = (
         f"Times are medians ({how}); IQR is the interquartile range as a share of the median; "
         "n is the number of samples the stopping rule took (`python run.py -h`). The solution "

@@ -38,6 +38,7 @@ class Options:
     seed: int = 42
     rule: StopRule = field(default_factory=StopRule)
     graph: bool = False
+    flush: str = "read"
     compile: bool = False
     baseline_cache: bool = True
     timeout_s: float = 300.0
@@ -127,6 +128,7 @@ class Session:
                 "seed": self.options.seed,
                 "rule": asdict(self.options.rule),
                 "graph": self.options.graph,
+                "flush": self.options.flush,
                 "arch": self.arch,
             },
             "machine": self.machine,
@@ -140,6 +142,7 @@ class Session:
             "problem": source.name,
             "reference_hash": reference_hash,
             "mode": "cuda_graph" if self.options.graph else "cuda_events",
+            "flush": self.options.flush,
             "gpu": self.machine.get("gpu"),
             "torch": self.machine.get("torch"),
         }
@@ -176,6 +179,7 @@ class Session:
             seed=o.seed,
             rule=o.rule,
             graph=o.graph,
+            flush=o.flush,
             cache_dir=str(o.cache_dir),
             arch=self.arch,
             log_path=str(log_path),

@@ -44,9 +44,10 @@ def compile_score(record: dict[str, Any]) -> float | None:
     benchmarks = record.get("benchmarks") or []
     if record.get("status") != "ok" or not benchmarks:
         return None
-    if not all(b.get("vs_compile") for b in benchmarks):
+    speedups = [report.bench_vs_compile(b) for b in benchmarks]
+    if not all(speedups):
         return None
-    return geomean([b["vs_compile"]["value"] for b in benchmarks])
+    return geomean([s.value for s in speedups if s])
 
 
 def ran_on_cpu_beside_gpu(record: dict[str, Any]) -> bool:

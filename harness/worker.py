@@ -54,6 +54,7 @@ class Job:
     content_hash: str
     atol: float | None = None
     rtol: float | None = None
+    flush: str = "read"
     task: str = "solution"  # or "compile_baseline": time the reference under torch.compile
 
 
@@ -208,4 +209,4 @@ def _override(job: Job) -> tuple[float | None, float | None]:
 
 
 def _settings(job: Job) -> Settings:
-    return Settings(job.rule, job.graph, job.seed, _override(job))
+    return Settings(job.rule, job.graph, job.seed, job.flush, _override(job))

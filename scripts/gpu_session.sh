@@ -4,7 +4,8 @@
 #   GIT_COMMIT=<sha> bash scripts/gpu_session.sh run       prebuild, run.py --all --compile
 #   GIT_COMMIT=<sha> bash scripts/gpu_session.sh validate  a second run, validate_timing.py,
 #                                                          run.py --compare, a --graph run
-#   GIT_COMMIT=<sha> bash scripts/gpu_session.sh checks   sanitizer on the fast kernels, tests
+#   GIT_COMMIT=<sha> bash scripts/gpu_session.sh checks    prebuild, the GPU tests
+#   GIT_COMMIT=<sha> bash scripts/gpu_session.sh sanitize  memcheck on the fast kernels' cases
 # Each step has a time limit so that the call ends in time. NVML's Python binding (for the
 # clock and temperature columns) is installed from a wheel under $WHEELS when one is there.
 set -uo pipefail
@@ -50,12 +51,14 @@ elif [ "$part" = validate ]; then
     --runs "$first" "$second" --json "$out/validation.json"
   step compare 30 $python run.py --compare "$first" "$second"
   step graph 150 $python run.py --all --graph --results-dir "$state/graph"
-else
+elif [ "$part" = checks ]; then
+  step prebuild 240 $python scripts/prebuild.py --jobs 8
+  step pytest-gpu 300 $python -m pytest -q -rs -m gpu
+else  # sanitize
   for solution in multilabel_margin/fast_cuda multilabel_margin/warp_cuda smooth_l1/fast_cuda; do
     step "memcheck-${solution//\//-}" 120 compute-sanitizer --tool memcheck --error-exitcode 9 \
       $python scripts/run_cases.py "${solution%%/*}" "solutions/$solution.py"
   done
-  step pytest-gpu 200 $python -m pytest -q -rs -m gpu
 fi
 
 echo "after $part: $(gpu_state)" | tee -a "$out/machine.txt"

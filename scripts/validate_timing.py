@@ -36,14 +36,6 @@ ROOT = Path(__file__).resolve().parent.parent
 MIB = 1 << 20
 
 
-class WriteFlushTimer(CudaTimer):
-    """The harness's timer with do_bench's kind of flush: write the buffer (dirty lines)."""
-
-    def flush(self) -> None:
-        if self.buffer is not None:
-            self.buffer.zero_()
-
-
 def kernels(device: torch.device) -> dict[str, Callable[[], object]]:
     tiny = torch.zeros(4096, device=device)
     x64 = torch.randn(64 * MIB // 4, device=device)
@@ -73,7 +65,7 @@ def do_bench_median(fn: Callable[[], object]) -> float | None:
 
 
 def compare_kernels(device: torch.device) -> list[dict[str, Any]]:
-    read_timer, write_timer = CudaTimer(device), WriteFlushTimer(device)
+    read_timer, write_timer = CudaTimer(device), CudaTimer(device, flush="write")
     rows = []
     for name, fn in kernels(device).items():
         ours = harness_median(read_timer, fn)

@@ -110,3 +110,35 @@ def test_a_second_run_keeps_what_the_first_recorded(cli: CliRun) -> None:
     cli("--problem", str(TOY), "--solution", toy_solution("raises"), "--max-samples", "3")
     table = next((cli.root / "results").glob("*/toy.md")).read_text()
     assert "| good" in table and "| raises" in table
+
+
+def test_help_writes_down_the_stopping_rule(capsys) -> None:
+    with pytest.raises(SystemExit):
+        run.main(["-h"])
+    text = capsys.readouterr().out
+    assert "timing rule:" in text and "relative standard error" in text
+    assert "--target-rse TARGET_RSE" in text and "(default: 0.005)" in text
+
+
+def test_a_timed_row_has_a_paired_speedup_and_a_stop_reason(cli: CliRun) -> None:
+    cli("--problem", str(TOY), "--solution", toy_solution("good"), "--max-samples", "30")
+    bench = cli.record("good")["benchmarks"][0]
+    speedup = bench["speedup"]
+    assert speedup["low"] <= speedup["value"] <= speedup["high"]
+    assert bench["stop"] in ("target", "budget", "cap")
+    assert bench["solution"]["count"] == bench["reference"]["count"] <= 30
+    assert bench["bytes"] > 0 and bench["mode"] == "wall_clock"
+
+
+def test_render_and_compare_read_only_the_recorded_files(cli: CliRun, capsys) -> None:
+    cli("--problem", str(TOY), "--solution", toy_solution("good"), "--max-samples", "5")
+    results = cli.root / "results"
+    folder = next(results.iterdir())
+    (folder / "toy.md").unlink()
+    assert run.main(["--render", "--results-dir", str(results)]) == run.EXIT_OK
+    assert (folder / "toy.md").exists() and (folder / "summary.md").exists()
+    capsys.readouterr()
+    assert run.main(["--compare", str(folder), str(folder)]) == run.EXIT_OK
+    assert "unchanged" in capsys.readouterr().out
+    assert run.main(["--compare", str(folder), f"{folder}@nosuchrun"]) == run.EXIT_INPUT
+    assert "nosuchrun" in capsys.readouterr().err

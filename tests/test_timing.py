@@ -206,3 +206,5 @@ def test_cuda_timer_sees_device_time_above_the_floor() -> None:
     floor = floor_us(timer, device, rule)
     assert 0 < floor < small.median_us < large.median_us
     assert small.host_us is not None and small.host_us > 0
+    dirty = sample({"small": lambda: x.mul(2)}, CudaTimer(device, flush="write"), rule)
+    assert dirty.measurements["small"].median_us > 0.5 * small.median_us

@@ -1,0 +1,168 @@
+"""Roofline counts and the cached ceiling, the compile-baseline cache, NVML readings, and the
+flags a table puts on a row: all without a GPU (the measurements are injected)."""
+
+from __future__ import annotations
+
+import json
+import sys
+import types
+from pathlib import Path
+
+import pytest
+import torch
+
+from harness import baselines, gpustate, records, report, roofline
+from harness.loading import load_problem
+from tests import records_factory as make
+from tests.conftest import REPO
+
+H200 = {"gpu": "NVIDIA H200", "torch": "2.11.0", "driver": "580"}
+
+
+def test_bytes_count_every_tensor_once_at_its_view_size() -> None:
+    base = torch.zeros(10, 10)
+    view = base[::2]  # 5 x 10 of a 100-element storage: 50 elements are moved
+    assert roofline.tensor_bytes([view, (torch.zeros(3, dtype=torch.int64), 2.0)]) == 200 + 24
+
+
+def test_default_count_is_inputs_plus_outputs_and_a_problem_may_declare_its_own() -> None:
+    toy = load_problem("toy", REPO / "tests" / "fixtures" / "toy" / "reference.py")
+    x = torch.zeros(4, 8)
+    assert roofline.counts(toy, [x], torch.zeros(4)) == {"bytes": 128 + 16, "flops": None}
+    problem = load_problem("m", REPO / "problems" / "multilabel_margin" / "reference.py")
+    target = torch.tensor([[3, 1, -1, 0], [2, 0, 1, 3]])  # 3 and 4 label slots are read
+    counted = roofline.counts(problem, [torch.zeros(2, 4), target], torch.zeros(()))
+    assert counted["bytes"] == 2 * 4 * 4 + (3 + 4) * 8 + 4
+
+
+def test_ceiling_is_measured_once_per_gpu_and_torch(tmp_path: Path, monkeypatch) -> None:
+    calls = []
+
+    def fake_copy(device: torch.device) -> dict:
+        calls.append(device)
+        return {"copy_gbps": 4000.0 + len(calls), "copy_bytes": 1}
+
+    monkeypatch.setattr(roofline, "measure_copy", fake_copy)
+    cuda = torch.device("cuda")
+    first = roofline.ceiling(tmp_path, cuda, H200)
+    again = roofline.ceiling(tmp_path, cuda, H200)
+    assert first is not None and again is not None
+    assert (first["cached"], again["cached"], again["copy_gbps"]) == (False, True, 4001.0)
+    other = roofline.ceiling(tmp_path, cuda, {**H200, "torch": "2.12.0"})
+    assert other is not None and other["copy_gbps"] == 4002.0 and len(calls) == 2
+    assert json.loads((tmp_path / "ceiling.json").read_text())["torch"] == "2.12.0"
+    assert roofline.ceiling(tmp_path, torch.device("cpu"), H200) is None
+
+
+def baseline_entry(run_id: str, compiled_us: float, mismatch: str | None = None) -> dict:
+    return {
+        "problem": "p",
+        "reference_hash": "r",
+        "mode": "cuda_events",
+        "flush": "read",
+        "name": "default",
+        "inputs": ["float32[512,1024]"],
+        "run_id": run_id,
+        "time": "2026-11-29T10:00:00+00:00",
+        "compile_s": 3.0,
+        "mismatch": mismatch,
+        "compiled": make.timing(compiled_us, seed=5),
+        **H200,
+    }
+
+
+def test_compile_baseline_gives_an_unpaired_speedup_and_says_when_cached() -> None:
+    bench = make.bench(solution_us=10.0, reference_us=40.0)
+    bench["mode"] = "cuda_events"
+    baselines.attach(bench, [baseline_entry("old-run", 20.0)], run_id="this-run")
+    assert bench["compile"]["cached"] is True and bench["compile"]["compile_s"] == 3.0
+    versus = bench["vs_compile"]
+    assert versus["low"] < versus["value"] < versus["high"]
+    assert versus["value"] == pytest.approx(2.0, rel=0.02)
+    fresh = make.bench(solution_us=10.0, reference_us=40.0)
+    fresh["mode"] = "cuda_events"
+    baselines.attach(fresh, [baseline_entry("this-run", 20.0)], run_id="this-run")
+    assert fresh["compile"]["cached"] is False
+
+
+def test_a_wrong_compiled_reference_gives_no_speedup() -> None:
+    bench = make.bench(solution_us=10.0, reference_us=40.0)
+    bench["mode"] = "cuda_events"
+    baselines.attach(bench, [baseline_entry("r", 20.0, mismatch="1 of 1 differ")], "r")
+    assert bench["vs_compile"] is None and bench["compile"]["mismatch"]
+    assert report.bench_vs_compile(bench) is None
+    row = report.table_rows([make.record("p", "s", [bench])])[0]
+    assert "wrong answer" in report.markdown_table([row])
+
+
+def test_baselines_are_looked_up_by_gpu_torch_mode_and_flush(tmp_path: Path) -> None:
+    entry = baseline_entry("r", 20.0)
+    baselines.store(tmp_path, {k: entry[k] for k in ("problem", "gpu", "torch")}, [entry])
+    wanted = {k: entry[k] for k in ("problem", "reference_hash", "mode", "gpu", "torch")}
+    assert len(baselines.cached(tmp_path, wanted)) == 1
+    assert baselines.cached(tmp_path, {**wanted, "torch": "2.12.0"}) == []
+    assert baselines.cached(tmp_path, {**wanted, "flush": "write"}) == []
+    assert records.read(tmp_path) == []  # a log of its own, not runs.jsonl
+
+
+class FakeNvml:
+    NVML_CLOCK_SM = 1
+    NVML_TEMPERATURE_GPU = 0
+
+    def __init__(self, readings: list[tuple[int, int, int]]) -> None:
+        self.readings = iter(readings)
+        self.current = (0, 0, 0)
+
+    def nvmlDeviceGetClockInfo(self, handle: object, kind: int) -> int:
+        self.current = next(self.readings)
+        return self.current[0]
+
+    def nvmlDeviceGetTemperature(self, handle: object, kind: int) -> int:
+        return self.current[1]
+
+    def nvmlDeviceGetCurrentClocksEventReasons(self, handle: object) -> int:
+        return self.current[2]
+
+
+def test_samples_read_while_throttled_are_counted() -> None:
+    nvml = FakeNvml([(1980, 40, 0x1), (1755, 52, 0x4 | 0x20), (1980, 45, 0)])
+    probe = gpustate.Probe(nvml, handle=None)
+    for samples in (10, 20, 40):
+        probe.after(samples)
+    summary = probe.summary()
+    assert summary == {
+        "sm_mhz": [1755, 1980],
+        "temp_c": [40, 52],
+        "throttled_samples": 20,  # idle (0x1) and sync boost (0x20) are not throttling
+        "samples": 70,
+        "reasons": ["power cap"],
+    }
+
+
+def test_no_nvml_means_no_state_and_no_error(monkeypatch, capsys) -> None:
+    broken = types.ModuleType("pynvml")
+
+    def fail() -> None:
+        raise OSError("libnvidia-ml.so.1: cannot open shared object file")
+
+    broken.nvmlInit = fail  # type: ignore[attr-defined]
+    monkeypatch.setitem(sys.modules, "pynvml", broken)
+    assert gpustate.open_probe(torch.device("cuda")) is None
+    assert "machine state not recorded" in capsys.readouterr().out
+
+
+def test_flags_warn_above_the_ceiling_when_launch_bound_noisy_or_throttled() -> None:
+    bench = make.bench(solution_us=2.0, reference_us=8.0)
+    bench.update(bytes=10_000_000, floor_us=3.5, launch_bound=True)
+    bench["solution"]["rse"] = 0.05
+    bench["state"] = {"sm_mhz": [1700, 1980], "temp_c": [60, 70], "throttled_samples": 12}
+    bench["state"]["reasons"] = ["power cap"]
+    record = make.record("p", "s", [bench])
+    record["ceiling"] = {"copy_gbps": 4000.0}
+    row = report.table_rows([record])[0]
+    assert row["gbps"] == pytest.approx(5000.0, rel=0.02)  # 10 MB in 2 us
+    flags = row["flags"]
+    assert "ABOVE the copy ceiling" in flags and "launch-bound" in flags
+    assert "noisy solution" in flags and "throttled: 12 samples (power cap)" in flags
+    quiet = make.bench(solution_us=20.0, reference_us=80.0)
+    assert report.table_rows([make.record("p", "q", [quiet])])[0]["flags"] == ""
