@@ -33,7 +33,7 @@ def cached(folder: Path, wanted: dict[str, Any]) -> list[dict[str, Any]]:
 def store(folder: Path, context: dict[str, Any], rows: list[dict[str, Any]]) -> None:
     """Append each benchmark row of a baseline job, with `context` (the key and the run)."""
     for row in rows:
-        records.append(folder, {**context, **row, "mode": row.get("mode")}, LOG_NAME)
+        records.append(folder, {**context, **row}, LOG_NAME)  # the row's own mode wins
 
 
 def attach(bench: dict[str, Any], entries: list[dict[str, Any]], run_id: str) -> None:

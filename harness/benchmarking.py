@@ -48,9 +48,8 @@ def time_benchmarks(
     problem: Problem, model_new: type, device: torch.device, settings: Settings
 ) -> list[dict[str, Any]]:
     """One row per benchmark of `problem` (see the module doc)."""
-    on_gpu = device.type == "cuda"
-    timer: timing.Timer = timing.CudaTimer(device, settings.flush) if on_gpu else timing.WallTimer()
-    floor = timing.floor_us(timer, device, settings.rule) if on_gpu else None
+    timer = _timer(device, settings)
+    floor = timing.floor_us(timer, device, settings.rule) if device.type == "cuda" else None
     rows = []
     for index, bench in enumerate(problem.benchmarks):
         seed = settings.seed + BENCHMARK_SEED_OFFSET + index
@@ -64,7 +63,7 @@ def time_benchmarks(
         row: dict[str, Any] = {"name": bench.name, "inputs": describe_inputs(inputs)}
         row.update(roofline.counts(problem, inputs, output))
         calls = {"reference": models[0], "solution": models[1]}
-        row.update(_sample(calls, bench, seed, inputs, device, settings))
+        row.update(_sample(calls, bench, seed, inputs, device, settings, timer))
         solution_us = row["solution"]["median_us"]
         row["floor_us"] = floor
         row["launch_bound"] = bool(
@@ -78,6 +77,7 @@ def compile_baseline(
     problem: Problem, device: torch.device, settings: Settings
 ) -> list[dict[str, Any]]:
     """Eager and torch.compile'd reference, side by side, per benchmark; compile time apart."""
+    timer = _timer(device, settings)
     rows = []
     for index, bench in enumerate(problem.benchmarks):
         seed = settings.seed + BENCHMARK_SEED_OFFSET + index
@@ -93,9 +93,18 @@ def compile_baseline(
         calls = {"reference": eager, "compiled": compiled}
         row = {"name": bench.name, "inputs": describe_inputs(inputs), "compile_s": compile_s}
         row["mismatch"] = compare(want, got, problem.atol, problem.rtol)
-        row.update(_sample(calls, bench, seed, inputs, device, settings))
+        row.update(_sample(calls, bench, seed, inputs, device, settings, timer))
         rows.append(row)
     return rows
+
+
+def _timer(device: torch.device, settings: Settings, graphed: bool = False) -> timing.Timer:
+    """The timer for `device`: events with the chosen flush, or for graph replays no flush."""
+    if device.type != "cuda":
+        return timing.WallTimer()
+    if graphed:
+        return timing.CudaTimer(device, flush=None, method="cuda_graph")
+    return timing.CudaTimer(device, settings.flush)
 
 
 def _sample(
@@ -105,20 +114,14 @@ def _sample(
     inputs: list[Any],
     device: torch.device,
     settings: Settings,
+    timer: timing.Timer,
 ) -> dict[str, Any]:
-    """Sample `models` side by side; the row's timing fields."""
+    """Sample `models` side by side with `timer` (a graph timer when the calls are graph
+    replays); the row's timing fields."""
     calls, per_call, note = _calls(models, bench, seed, inputs, device, settings.graph)
     probe = gpustate.open_probe(device) if device.type == "cuda" else None
-    timer: timing.Timer
-    if device.type != "cuda":
-        timer = timing.WallTimer()
-    else:
-        graphed = per_call > 1
-        timer = timing.CudaTimer(
-            device,
-            flush=None if graphed else settings.flush,
-            method="cuda_graph" if graphed else "cuda_events",
-        )
+    if per_call > 1:
+        timer = _timer(device, settings, graphed=True)
     after = probe.after if probe else None
     with torch.no_grad():
         sampled = guard(

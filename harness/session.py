@@ -21,7 +21,7 @@ from harness import (
     toolchain,
 )
 from harness.discovery import ProblemSource, missing_model_new
-from harness.loading import load_problem
+from harness.loading import Problem, load_problem
 from harness.progress import Progress
 from harness.timing import StopRule
 from harness.worker import Job
@@ -82,7 +82,7 @@ class Session:
         problem = load_problem(source.name, source.reference)  # a bad reference fails here, once
         done: list[dict[str, Any]] = []
         ceiling = self.ceiling()
-        compiled = self._compile_baselines(source) if self.options.compile else []
+        compiled = self._compile_baselines(source, problem) if self.options.compile else []
         try:
             for index, solution in enumerate(solutions, start=1):
                 self.progress.start(index, len(solutions), f"{source.name}/{solution.stem}")
@@ -135,7 +135,7 @@ class Session:
             **result,
         }
 
-    def _compile_baselines(self, source: ProblemSource) -> list[dict[str, Any]]:
+    def _compile_baselines(self, source: ProblemSource, problem: Problem) -> list[dict[str, Any]]:
         """The problem's torch.compile baselines: cached ones, else measured now in a worker."""
         reference_hash = toolchain.source_hash(source.reference)
         context = {
@@ -149,7 +149,6 @@ class Session:
         if self.device.type != "cuda":
             context["mode"] = "wall_clock"
         found = baselines.cached(self.folder, context) if self.options.baseline_cache else []
-        problem = load_problem(source.name, source.reference)
         if {b.name for b in problem.benchmarks} <= {e.get("name") for e in found}:
             self.progress.note(f"{source.name}: torch.compile baseline from {baselines.LOG_NAME}")
             return found

@@ -29,7 +29,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from harness import machine, records, report, roofline
+from harness import machine, records, report, roofline, summary
 from harness.timing import CudaTimer, StopRule, sample
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -111,8 +111,7 @@ def compare_runs(first: Path, second: Path) -> list[dict[str, Any]]:
 
     def medians(folder: Path) -> dict[tuple[str, str, str], float]:
         found = {}
-        latest = {(r["problem"], r["solution_path"]): r for r in records.read(folder)}
-        for record in latest.values():
+        for record in summary.latest_records(records.read(folder)):
             for bench in record.get("benchmarks") or []:
                 key = (record["problem"], record["solution"], report.bench_label(bench))
                 found[key] = bench["solution"]["median_us"]
