@@ -4,6 +4,7 @@
     python run.py --all                           every problem under problems/
     python run.py --problem smooth_l1 --solution path/to/mine.py
     python run.py --list                          what there is to run
+    python run.py --all --audit                   audit the problems' references only
 
 Exit status: 0 when every solution that could run here ran and was correct (a CUDA solution
 skipped for lack of a GPU is not a failure); 1 when any solution failed; 2 for bad flags;
@@ -109,6 +110,25 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         help="correctness trials per case, each with a fresh seed and inputs",
     )
     parser.add_argument("--seed", type=int, default=d.seed, help="base seed of the trials")
+    parser.add_argument(
+        "--secret",
+        type=int,
+        default=None,
+        help="the run's secret, mixed into every input seed (default: a fresh random one per "
+        "run, recorded with its results; pass a recorded one to draw the same inputs again, "
+        "or 0 for the public seeds alone)",
+    )
+    parser.add_argument(
+        "--audit",
+        action="store_true",
+        help="with --problem or --all: only audit the problems' references (reject any whose "
+        "output a zero, constant or memorised answer would match), then exit",
+    )
+    parser.add_argument(
+        "--no-audit",
+        action="store_true",
+        help="run a problem even when its audit rejects it",
+    )
     timing = parser.add_argument_group(
         "timing", "the stopping rule (see 'timing rule' below); defaults in harness/timing.py"
     )
@@ -210,6 +230,10 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         parser.error("--solution needs --problem (which reference should it be checked against?)")
     if args.trials < 1:
         parser.error("--trials must be at least 1")
+    if args.secret is not None and args.secret < 0:
+        parser.error("--secret must be 0 or a positive integer")
+    if args.audit and not (args.problem or args.all):
+        parser.error("--audit needs --problem or --all")
     try:
         args.rule = StopRule(
             warmup_ms=args.warmup_ms,
@@ -305,11 +329,15 @@ def main(argv: list[str] | None = None) -> int:
             old, new = args.compare
             print(diff.render_comparison(old, new, threshold=args.threshold))
             return EXIT_OK
+        if args.audit:
+            return audit_problems(args)
         work = chosen_problems(args)
         options = Options(
             device=pick_device(args.device),
             trials=args.trials,
             seed=args.seed,
+            secret=args.secret,
+            audit=not args.no_audit,
             rule=args.rule,
             graph=args.graph,
             flush=args.flush,
@@ -332,6 +360,31 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("\ninterrupted: results recorded before the interrupt are kept", file=sys.stderr)
         return EXIT_INTERRUPTED
+
+
+def audit_problems(args: argparse.Namespace) -> int:
+    """Audit the chosen problems' references; exit 1 when any is rejected."""
+    import torch
+
+    from harness import audit
+    from harness.loading import load_problem
+
+    names = list_problems(PROBLEMS_DIR) if args.all else [args.problem]
+    device = torch.device(pick_device(args.device))
+    code = EXIT_OK
+    for name in names:
+        source = resolve_problem(name, PROBLEMS_DIR, SOLUTIONS_DIR)
+        try:
+            problem = load_problem(source.name, source.reference)
+        except UserError as err:
+            print(f"{source.name}: reject error: {err}")
+            code = EXIT_FAILED
+            continue
+        findings = audit.audit_problem(problem, device)
+        print(audit.render_findings(source.name, findings))
+        if audit.rejected(findings):
+            code = EXIT_FAILED
+    return code
 
 
 def render_everything(results_dir: Path) -> int:

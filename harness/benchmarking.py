@@ -2,7 +2,11 @@
 worker), and the torch.compile baseline on its own.
 
 For each benchmark shape: draw the inputs, check the solution on them once more, then sample
-reference and solution in alternating rounds under the stop rule (harness.timing). The row
+reference and solution in alternating rounds under the stop rule (harness.timing), each call on
+fresh inputs prepared outside the timed region, with random timed calls of the solution checked
+too (harness.feeding). Afterwards the solution's calls are timed once more with a wall clock
+that waits for the whole device and every thread: a solution whose work the events did not see
+(launched on another stream, left to a thread) is rejected as "unseen_work". The row
 keeps both sides' raw samples, the paired speedup with its 95% interval, why sampling stopped,
 the launch floor, the bytes and FLOPs the problem must move and compute, and the GPU's clock
 and temperature over the samples.
@@ -15,6 +19,8 @@ still starts with its inputs out of cache, and launch overhead is gone from the 
 from __future__ import annotations
 
 import math
+import random
+import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -22,15 +28,27 @@ from typing import Any
 
 import torch
 
-from harness import gpustate, roofline, stats, status, timing
-from harness.checking import Verdict, build_models, check_once, describe_error, guard
+from harness import anticheat, feeding, gpustate, roofline, stats, status, timing
+from harness.checking import (
+    Verdict,
+    build_models,
+    check_once,
+    describe_error,
+    first_set,
+    guard,
+)
 from harness.compare import compare
-from harness.inputs import make_inputs, replicate_all
+from harness.inputs import make_inputs, mixed_seed, replicate_all
 from harness.loading import Case, Problem
 
 BENCHMARK_SEED_OFFSET = 500_000
 LAUNCH_BOUND_FACTOR = 3.0  # a median under this many floors is mostly launch cost
 MAX_GRAPH_SETS = 256
+FEED_BYTES = 1 << 30  # input sets per side for the timed calls: at most this many bytes ...
+FEED_SETS = (2, 4)  # ... and between this many sets
+FINAL_CHECKS = 2  # timed-path calls checked after sampling, whatever the dice said
+UNSEEN_FACTOR = 2.0  # wall time per call above this many times the timed (or host) time ...
+UNSEEN_SLACK_US = 20.0  # ... plus this is work the events did not see
 
 
 @dataclass(frozen=True)
@@ -42,6 +60,7 @@ class Settings:
     seed: int
     flush: str = "read"
     override: tuple[float | None, float | None] = (None, None)
+    secret: int = 0  # mixed into every seed (harness.inputs.mixed_seed); 0: public seeds
 
 
 def time_benchmarks(
@@ -52,7 +71,7 @@ def time_benchmarks(
     floor = timing.floor_us(timer, device, settings.rule) if device.type == "cuda" else None
     rows = []
     for index, bench in enumerate(problem.benchmarks):
-        seed = settings.seed + BENCHMARK_SEED_OFFSET + index
+        seed = _seed(settings, index)
         models = build_models(problem, model_new, bench, seed, device)
         inputs = guard(status.PROBLEM_ERROR, "get_inputs", make_inputs, bench, seed, device)
         verdict = check_once(problem, bench, models, inputs, device, settings.override)
@@ -63,7 +82,9 @@ def time_benchmarks(
         row: dict[str, Any] = {"name": bench.name, "inputs": describe_inputs(inputs)}
         row.update(roofline.counts(problem, inputs, output))
         calls = {"reference": models[0], "solution": models[1]}
-        row.update(_sample(calls, bench, seed, inputs, device, settings, timer))
+        label = f"benchmark {bench.name!r}"
+        checker = _spot_checker(problem, bench, models[0], device, settings, seed, label)
+        row.update(_sample(calls, bench, seed, inputs, device, settings, timer, checker))
         solution_us = row["solution"]["median_us"]
         row["floor_us"] = floor
         row["launch_bound"] = bool(
@@ -80,7 +101,7 @@ def compile_baseline(
     timer = _timer(device, settings)
     rows = []
     for index, bench in enumerate(problem.benchmarks):
-        seed = settings.seed + BENCHMARK_SEED_OFFSET + index
+        seed = _seed(settings, index)
         eager, _ = build_models(problem, problem.model, bench, seed, device)
         inputs = guard(status.PROBLEM_ERROR, "get_inputs", make_inputs, bench, seed, device)
         compiled = torch.compile(eager)
@@ -96,6 +117,25 @@ def compile_baseline(
         row.update(_sample(calls, bench, seed, inputs, device, settings, timer))
         rows.append(row)
     return rows
+
+
+def _seed(settings: Settings, index: int) -> int:
+    return mixed_seed(settings.seed + BENCHMARK_SEED_OFFSET + index, settings.secret)
+
+
+def _spot_checker(
+    problem: Problem,
+    bench: Case,
+    reference: Any,
+    device: torch.device,
+    settings: Settings,
+    seed: int,
+    label: str,
+) -> feeding.SpotChecker:
+    atol = first_set(settings.override[0], bench.atol, problem.atol)
+    rtol = first_set(settings.override[1], bench.rtol, problem.rtol)
+    check = feeding.output_check(reference, device, atol, rtol)
+    return feeding.SpotChecker(check, random.Random(seed ^ 0x5EED), device, label)
 
 
 def _timer(device: torch.device, settings: Settings, graphed: bool = False) -> timing.Timer:
@@ -115,10 +155,12 @@ def _sample(
     device: torch.device,
     settings: Settings,
     timer: timing.Timer,
+    checker: feeding.SpotChecker | None = None,
 ) -> dict[str, Any]:
     """Sample `models` side by side with `timer` (a graph timer when the calls are graph
-    replays); the row's timing fields."""
-    calls, per_call, note = _calls(models, bench, seed, inputs, device, settings.graph)
+    replays); the row's timing fields. With a `checker`, the solution's timed calls are spot
+    checked and its work cross-checked with a wall clock."""
+    calls, per_call, note = _calls(models, bench, seed, inputs, device, settings.graph, checker)
     probe = gpustate.open_probe(device) if device.type == "cuda" else None
     if per_call > 1:
         timer = _timer(device, settings, graphed=True)
@@ -143,7 +185,48 @@ def _sample(
     first, second = list(models)
     row["speedup"] = stats.paired_ratio(row[first]["times_us"], row[second]["times_us"]).to_dict()
     row["state"] = probe.summary() if probe else None
+    solution = calls.get("solution")
+    if checker is not None and isinstance(solution, feeding.Feed):
+        row["spot_checks"] = _final_checks(solution, checker)
+        host = row["solution"].get("host_us")
+        row["wall_us"] = check_seen(solution, row["solution"]["median_us"], host, device)
     return row
+
+
+def _final_checks(feed: feeding.Feed, checker: feeding.SpotChecker) -> int:
+    """A few more calls down the timed path, each checked; the number of timed calls checked."""
+    checker.force(FINAL_CHECKS)
+    with torch.no_grad():
+        for _ in range(FINAL_CHECKS):
+            feed.prepare()
+            feed()
+        checker.settle()
+    return checker.checked
+
+
+def check_seen(feed: feeding.Feed, timed_us: float, host_us: float | None, device: Any) -> float:
+    """Wall time per call over back-to-back calls, waiting for the device and every thread
+    at the end; rejects work the timer could not see (see the module doc). Returns it."""
+    count = min(100, max(5, math.ceil(2000 / max(timed_us, host_us or 0.0, 1.0))))
+    threads = set(threading.enumerate())
+    with torch.no_grad():
+        if feed.checker is not None:
+            feed.checker.settle()  # nothing pending: these calls are not spot checked
+        anticheat.wait_for_all(device, threads)
+        begin = time.perf_counter()
+        for _ in range(count):
+            feed()
+        anticheat.wait_for_all(device, threads)
+    wall_us = (time.perf_counter() - begin) / count * 1e6
+    seen_us = max(timed_us, host_us or 0.0)
+    if wall_us > UNSEEN_FACTOR * seen_us + UNSEEN_SLACK_US:
+        raise anticheat.reject(
+            "unseen_work",
+            f"each call takes {wall_us:.1f} us of wall time once the device and its threads "
+            f"are waited for, against {timed_us:.1f} us timed: work the timer did not see "
+            "(another stream, a thread); finish all work on the current stream",
+        )
+    return wall_us
 
 
 def _calls(
@@ -153,6 +236,7 @@ def _calls(
     inputs: list[Any],
     device: torch.device,
     graph: bool,
+    checker: feeding.SpotChecker | None = None,
 ) -> tuple[dict[str, Callable[[], object]], int, str | None]:
     """The zero-argument calls to time, how many model calls each makes, and a note."""
     if graph and device.type == "cuda":
@@ -163,23 +247,35 @@ def _calls(
         except Exception as err:  # not capturable: time it call by call, and say so
             torch.cuda.synchronize(device)
             note = f"CUDA graph capture failed ({describe_error(err)}); timed call by call"
-            return _direct(models, inputs, device), 1, note
-    return _direct(models, inputs, device), 1, None
+            return _fed(models, bench, seed, inputs, device, checker), 1, note
+    return _fed(models, bench, seed, inputs, device, checker), 1, None
 
 
-def _direct(
-    models: dict[str, Any], inputs: list[Any], device: torch.device
+def _fed(
+    models: dict[str, Any],
+    bench: Case,
+    seed: int,
+    inputs: list[Any],
+    device: torch.device,
+    checker: feeding.SpotChecker | None,
 ) -> dict[str, Callable[[], object]]:
-    """Each model on its own copy of the inputs, the same copy every call."""
-    calls = {}
-    for name, model in models.items():
-        own = replicate_all(inputs, device)
-        calls[name] = _bind(model, own)
-    return calls
-
-
-def _bind(model: Any, inputs: list[Any]) -> Callable[[], object]:
-    return lambda: model(*inputs)
+    """Each model fed from its own copies of the same input sets (harness.feeding); the
+    solution's calls spot-checked by `checker`."""
+    each = max(roofline.tensor_bytes(inputs), 1)
+    count = min(FEED_SETS[1], max(FEED_SETS[0], FEED_BYTES // each))
+    sets = [inputs] + [
+        guard(status.PROBLEM_ERROR, "get_inputs", make_inputs, bench, seed + k, device)
+        for k in range(1, count)
+    ]
+    return {
+        name: feeding.Feed(
+            model,
+            [replicate_all(s, device) for s in sets],
+            seed,
+            checker if name == "solution" else None,
+        )
+        for name, model in models.items()
+    }
 
 
 def _input_sets(bench: Case, seed: int, inputs: list[Any], device: torch.device) -> list[list[Any]]:

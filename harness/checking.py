@@ -1,8 +1,12 @@
 """Check a solution against the reference: same seed, same inputs, outputs compared.
 
 Model and ModelNew are built from the same seed in eval() mode, with the reference's matching
-parameters copied into ModelNew; each receives its own copy of the inputs; the outputs are
-compared by harness.compare. Any failure ends the check with a Verdict naming the case.
+parameters copied into ModelNew. Each trial draws fresh inputs from a seed that mixes the public
+one with the run's secret (harness.inputs.mixed_seed), so no solution can know them in advance.
+On each, the solution runs twice, once before and once after the reference, each time on its own
+copy of the inputs and with freed memory poisoned first; the reference runs on a pristine copy.
+Both solution calls must keep the rules of harness.anticheat and match the reference under
+harness.compare. Any failure ends the check with a Verdict naming the case.
 """
 
 from __future__ import annotations
@@ -13,22 +17,23 @@ from typing import Any
 
 import torch
 
-from harness import status
+from harness import anticheat, status
 from harness.compare import compare
-from harness.inputs import make_init_inputs, make_inputs, replicate_all, seed_everything
+from harness.errors import Verdict
+from harness.inputs import (
+    make_init_inputs,
+    make_inputs,
+    mixed_seed,
+    replicate_all,
+    seed_everything,
+)
 from harness.loading import Case, Problem
 
 CASE_SEED_STRIDE = 1000  # case k draws its trials from seeds seed + 1000 k + 1, 2, ...
 Tolerance = tuple[float | None, float | None]  # (atol, rtol) given on the command line
 
 
-class Verdict(Exception):
-    """Ends the job early with a status and a one-line detail."""
-
-    def __init__(self, verdict: str, detail: str) -> None:
-        super().__init__(detail)
-        self.status = verdict
-        self.detail = detail
+__all__ = ["Verdict", "build_models", "check_cases", "check_once"]
 
 
 def check_cases(
@@ -38,15 +43,17 @@ def check_cases(
     *,
     trials: int,
     seed: int,
+    secret: int = 0,
     override: Tolerance = (None, None),
 ) -> int:
-    """Check every case `trials` times with fresh inputs; return the number of checks made."""
+    """Check every case `trials` times with fresh inputs; return the number of checks made.
+    With `secret` 0 the inputs come from the public seeds alone."""
     checks = 0
     for index, case in enumerate(problem.cases):
         model_seed = seed + CASE_SEED_STRIDE * index
         models = build_models(problem, model_new, case, model_seed, device)
         for trial in range(1, trials + 1):
-            trial_seed = model_seed + trial
+            trial_seed = mixed_seed(model_seed + trial, secret)
             inputs = guard(
                 status.PROBLEM_ERROR, "get_inputs", make_inputs, case, trial_seed, device
             )
@@ -88,17 +95,43 @@ def check_once(
     device: torch.device,
     override: Tolerance = (None, None),
 ) -> str | None:
-    """None when the solution matches the reference on `inputs` (each gets its own copy)."""
+    """None when the solution matches the reference on `inputs`, else the mismatch; a broken
+    rule of harness.anticheat raises a Verdict (see the module doc for the order of calls)."""
     reference, solution = models
     label = f"case {case.name!r}"
     if case.invalid:
         return check_refused(solution, inputs, device, label)
+    sizes = anticheat.output_sizes(inputs)
     with torch.no_grad():
-        expected = guard(status.PROBLEM_ERROR, f"{label}: Model", call, reference, inputs, device)
-        actual = guard(status.RUNTIME_ERROR, label, call, solution, inputs, device)
-    atol = _first_set(override[0], case.atol, problem.atol)
-    rtol = _first_set(override[1], case.rtol, problem.rtol)
-    return compare(expected, actual, atol, rtol)
+        first = solution_call(solution, inputs, device, label, sizes)
+        given = replicate_all(inputs, device)
+        expected = guard(status.PROBLEM_ERROR, f"{label}: Model", call, reference, given, device)
+        sizes += anticheat.output_sizes(expected)
+        second = solution_call(solution, inputs, device, label, sizes)
+    for made in (first, second):
+        anticheat.check_call(made, inputs, given, label)
+    atol = first_set(override[0], case.atol, problem.atol)
+    rtol = first_set(override[1], case.rtol, problem.rtol)
+    report = compare(expected, first.output, atol, rtol)
+    if report:
+        return report + anticheat.poison_note(first.output)
+    report = compare(expected, second.output, atol, rtol)
+    if report:
+        raise anticheat.reject(
+            "nondeterministic",
+            f"{label}: right on the first call, wrong on a second call on the same inputs "
+            f"({report}): a race, or an output kept from an earlier call",
+        )
+    return None
+
+
+def solution_call(
+    solution: Any, inputs: list[Any], device: torch.device, label: str, sizes: list[int]
+) -> anticheat.Call:
+    """The solution on its own copy of `inputs`, with freed memory poisoned first."""
+    own = replicate_all(inputs, device)
+    anticheat.poison(device, sizes)
+    return guard(status.RUNTIME_ERROR, label, anticheat.watched_call, solution, own, device, label)
 
 
 def check_refused(solution: Any, inputs: list[Any], device: torch.device, label: str) -> str | None:
@@ -149,7 +182,7 @@ def call(model: Any, inputs: list[Any], device: torch.device) -> Any:
     return output
 
 
-def _first_set(*values: float | None) -> float | None:
+def first_set(*values: float | None) -> float | None:
     return next((v for v in values if v is not None), None)
 
 

@@ -7,3 +7,14 @@ class UserError(Exception):
     The message is one line that says what is wrong and how to fix it; run.py prints it
     without a traceback and exits with EXIT_INPUT_ERROR.
     """
+
+
+class Verdict(Exception):
+    """Ends a worker's job early with a status, a one-line detail and, for a broken rule of
+    fair measurement (status "rejected"), the rule's short name (`reason`)."""
+
+    def __init__(self, verdict: str, detail: str, reason: str | None = None) -> None:
+        super().__init__(detail)
+        self.status = verdict
+        self.detail = detail
+        self.reason = reason

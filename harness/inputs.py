@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import hashlib
 import random
 from typing import Any
 
@@ -17,6 +18,15 @@ def seed_everything(seed: int) -> None:
     random.seed(seed)
     np.random.seed(seed % 2**32)
     torch.manual_seed(seed)
+
+
+def mixed_seed(public: int, secret: int) -> int:
+    """The seed inputs are drawn from: the public seed mixed with the run's secret (a secret of
+    0 leaves the public seed as it is), so no solution can know its inputs in advance."""
+    if secret == 0:
+        return public
+    digest = hashlib.sha256(f"{public}:{secret}".encode()).digest()
+    return int.from_bytes(digest[:6], "big")
 
 
 def make_inputs(case: Case, seed: int, device: torch.device) -> list[Any]:

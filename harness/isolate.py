@@ -37,16 +37,36 @@ def run_isolated(job: worker.Job, limits: Limits, on_event: Callable[[Event], No
     """Run `job` in a spawned worker; `on_event` sees phase, build and tick events."""
     context = multiprocessing.get_context("spawn")
     receiver, sender = context.Pipe(duplex=False)
-    process = context.Process(target=worker.main, args=(job, sender), daemon=True)
-    process.start()
+    process = context.Process(target=_worker_main, args=(job, sender), daemon=True)
+    # Ctrl-C goes to the whole process group. A worker still importing torch (seconds) would
+    # die of it with a traceback on the terminal, so it starts with SIGINT blocked (the mask
+    # survives exec; multiprocessing's resource tracker starts the same way). Here a Ctrl-C
+    # pressed meanwhile stays pending, and is raised once the worker is watched.
+    mask = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
+    try:
+        process.start()
+    except BaseException:
+        signal.pthread_sigmask(signal.SIG_SETMASK, mask)
+        raise
     sender.close()  # the parent keeps only the reading end, so EOF means the worker is gone
     try:
+        signal.pthread_sigmask(signal.SIG_SETMASK, mask)
         return _watch(process, receiver, limits, on_event, Path(job.log_path))
     finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, mask)
         if process.is_alive():
             process.kill()
         process.join(JOIN_S)
         receiver.close()
+
+
+def _worker_main(job: worker.Job, conn: Any) -> None:
+    """The worker's entry point: ignore Ctrl-C, the parent's to handle (this drops one pressed
+    while the worker started), then unblock it, so the build tools it starts get the usual
+    mask (ninja stops a build on Ctrl-C)."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
+    worker.main(job, conn)
 
 
 def _watch(

@@ -59,6 +59,7 @@ CSV_COLUMNS = [c for c in COLUMNS if c not in ("notes", "speedup", "vs_compile")
     "throttled_samples",
     "flags",
     "detail",
+    "warnings",
     "log",
     "solution_path",
     "run_id",
@@ -86,6 +87,7 @@ def table_rows(problem_records: list[dict[str, Any]]) -> list[dict[str, Any]]:
             "status": record["status"],
             "when": _short_time(record.get("time")),
             "detail": record.get("detail") or _device_note(record),
+            "warnings": "; ".join(record.get("warnings") or []),
             "log": record.get("log"),
             "solution_path": record["solution_path"],
             "run_id": record.get("run_id"),
@@ -231,7 +233,7 @@ def _device_note(record: dict[str, Any]) -> str:
 
 def notes(row: dict[str, Any]) -> str:
     """The flags and the detail, cut to NOTES_CHARS, and the log's path where it failed."""
-    text = "; ".join(t for t in (row.get("flags"), row.get("detail")) if t)
+    text = "; ".join(t for t in (row.get("flags"), row.get("detail"), row.get("warnings")) if t)
     if len(text) > NOTES_CHARS:
         text = text[: NOTES_CHARS - 3].rstrip() + "..."
     if row["status"] != "ok" and row.get("log"):

@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from harness import (
+    audit,
     baselines,
     isolate,
     machine,
@@ -17,10 +18,12 @@ from harness import (
     rendering,
     report,
     roofline,
+    scan,
     status,
     toolchain,
 )
 from harness.discovery import ProblemSource, missing_model_new
+from harness.errors import UserError
 from harness.loading import Problem, load_problem
 from harness.progress import Progress
 from harness.timing import StopRule
@@ -36,6 +39,8 @@ class Options:
     device: str = "cpu"
     trials: int = 5
     seed: int = 42
+    secret: int | None = None  # None: a fresh random secret per run (harness.inputs.mixed_seed)
+    audit: bool = True  # refuse a problem whose audit rejects it (harness.audit)
     rule: StopRule = field(default_factory=StopRule)
     graph: bool = False
     flush: str = "read"
@@ -67,6 +72,8 @@ class Session:
         self.machine = machine.describe(self.device, REPO)
         stamp = datetime.datetime.now(datetime.timezone.utc).strftime("%Y%m%d-%H%M%S")
         self.run_id = f"{stamp}-{secrets.token_hex(3)}"
+        # Drawn here, told to workers only, recorded with the results once they are in.
+        self.secret = options.secret if options.secret is not None else secrets.randbelow(2**48) + 1
         self.folder = options.results_dir / machine.slug(self.machine)
         self._ceiling: dict[str, Any] | None = None
 
@@ -80,6 +87,7 @@ class Session:
     def run_problem(self, source: ProblemSource, solutions: list[Path]) -> list[dict[str, Any]]:
         """Check and time `solutions` of `source`; append each record; re-render the tables."""
         problem = load_problem(source.name, source.reference)  # a bad reference fails here, once
+        self._audit(source, problem)
         done: list[dict[str, Any]] = []
         ceiling = self.ceiling()
         compiled = self._compile_baselines(source, problem) if self.options.compile else []
@@ -97,6 +105,24 @@ class Session:
             if done:
                 rendering.render_problem(self.folder, source.name)
         return done
+
+    def _audit(self, source: ProblemSource, problem: Problem) -> None:
+        """Refuse a problem that a zero, constant or memorised answer would pass."""
+        if not self.options.audit:
+            return
+        import torch
+
+        findings = audit.audit_problem(problem, torch.device(self.options.device))
+        for finding in findings:
+            if finding.level == audit.WARN:
+                self.progress.note(f"{source.name}: audit warning: {finding.message}")
+        rejects = [f for f in findings if f.level == audit.REJECT]
+        if rejects:
+            raise UserError(
+                f"problem {source.name!r} fails its audit ({rejects[0].check}): "
+                f"{rejects[0].message} (all findings: run.py --audit --problem {source.name}; "
+                "--no-audit runs it anyway)"
+            )
 
     def _run_one(
         self, source: ProblemSource, solution: Path, index: int, cases: int
@@ -121,11 +147,13 @@ class Session:
             "solution_path": _shown(solution),
             "solution_hash": content,
             "log": _shown(log_path) if log_path.exists() else None,
+            "warnings": scan.scan(solution) + result.pop("warnings", []),
             "cases": cases,
             "settings": {
                 "device": self.options.device,
                 "trials": self.options.trials,
                 "seed": self.options.seed,
+                "secret": self.secret,
                 "rule": asdict(self.options.rule),
                 "graph": self.options.graph,
                 "flush": self.options.flush,
@@ -183,6 +211,7 @@ class Session:
             arch=self.arch,
             log_path=str(log_path),
             content_hash=content,
+            secret=self.secret,
             atol=o.atol,
             rtol=o.rtol,
         )

@@ -9,10 +9,13 @@ CRASHED = "crashed"
 TIMEOUT = "timeout"
 NO_GPU = "no_gpu"
 PROBLEM_ERROR = "problem_error"
+REJECTED = "rejected"
 
 MEANING = {
     OK: "built, correct on every case and trial, and timed",
     INCORRECT: "ran, but an output differs from the reference (the detail says where)",
+    REJECTED: "broke a rule of fair measurement (changed its inputs, worked after returning, "
+    "replaced a timer, ...): the detail names the rule",
     COMPILE_ERROR: "an extension failed to build (the detail has the compiler's first error)",
     LOAD_ERROR: "importing the file or constructing ModelNew failed, or it has no ModelNew",
     RUNTIME_ERROR: "ModelNew raised while running (a CUDA error such as an illegal address too)",

@@ -13,7 +13,8 @@ Because each round holds one sample of every call taken at nearly the same momen
 are paired: clock, temperature and neighbour drift hit both, and stats.paired_ratio turns them
 into a speedup with an interval.
 
-Timers (each times a list of calls once each, in order, in microseconds):
+Timers (each times a list of calls once each, in order, in microseconds; a call with a
+`prepare` method has it called first, outside the timed region, to set up its inputs):
   - CudaTimer: before each call, outside the events, read a buffer twice the L2 size (which
     evicts every line of the previous call and leaves L2 holding clean lines only; `FLUSHES`
     says why not write it, as triton's do_bench does), then keep
@@ -185,6 +186,17 @@ class _Named:
     def __call__(self) -> object:
         return self.fn()
 
+    def prepare(self) -> None:
+        prepare = getattr(self.fn, "prepare", None)
+        if prepare is not None:
+            prepare()
+
+
+def _prepare(call: Call) -> None:
+    prepare = getattr(call, "prepare", None)
+    if prepare is not None:
+        prepare()
+
 
 def _stop_reason(
     samples: dict[str, list[float]], rule: StopRule, done: int, elapsed_s: float
@@ -211,6 +223,7 @@ class WallTimer:
     def run(self, calls: Sequence[Call]) -> list[float]:
         times = []
         for call in calls:
+            _prepare(call)
             begin = self.clock()
             call()
             times.append((self.clock() - begin) * 1e6)
@@ -257,6 +270,7 @@ class CudaTimer:
         pairs, host = [], []
         for call in calls:
             name = getattr(call, "name", "")
+            _prepare(call)
             self.flush()
             cover = self.HOST_MARGIN * self.host_us.get(name, 50.0) + self.HOST_EXTRA_US
             torch.cuda._sleep(int(cover * self.cycles_per_us))

@@ -5,9 +5,14 @@ the result (`result`). Everything printed, by the harness, the compiler or the s
 to the job's log file, never into the pipe.
 
   load   import the solution (its extensions build here) and find ModelNew
-  check  every correctness case of the problem, `trials` times each with fresh inputs
+  check  every correctness case of the problem, `trials` times each with fresh inputs, under
+         the rules of harness.anticheat
   time   every benchmark of the problem: check once more, then time reference and solution
-         side by side (harness.benchmarking)
+         side by side (harness.benchmarking); then profile one call of each
+         (harness.profiling: a GPU solution must launch kernels of its own)
+
+The clocks, timers and comparisons the harness uses are recorded before the solution is
+imported and verified after each step (harness.integrity).
 
 A job whose task is "compile_baseline" loads no solution: it times the reference eager and
 under torch.compile, side by side, for the session's baseline cache.
@@ -27,11 +32,12 @@ from typing import Any
 
 import torch  # importing torch does not import its extension builder: that waits for _setup
 
-from harness import status, timing
+from harness import integrity, profiling, status, timing
 from harness.benchmarking import Settings, compile_baseline, time_benchmarks
 from harness.builds import BuildWatcher, NoCudaToolchain
-from harness.checking import Verdict, check_cases, describe_error
-from harness.errors import UserError
+from harness.checking import build_models, check_cases, describe_error, guard
+from harness.errors import UserError, Verdict
+from harness.inputs import make_inputs, mixed_seed, replicate_all
 from harness.loading import Problem, import_file, load_problem
 from harness.toolchain import find_cuda_home, use_build_cache
 
@@ -56,6 +62,7 @@ class Job:
     rtol: float | None = None
     flush: str = "read"
     task: str = "solution"  # or "compile_baseline": time the reference under torch.compile
+    secret: int = 0  # mixed into every input seed (harness.inputs.mixed_seed); 0: public seeds
 
 
 Send = Callable[..., None]
@@ -101,17 +108,31 @@ def run(job: Job, send: Send) -> dict[str, Any]:
             return result
         watcher = BuildWatcher(send, _cuda_unavailable(), Path(job.log_path))
         watcher.install()
+        profiling.profile(lambda: None, device)  # its first use rebinds some of torch's names
+        snapshot = integrity.Snapshot()
         model_new = _load_solution(job, device, watcher)
+        snapshot.verify("when the solution was imported")
         device = _device_for(device, watcher)
         result["device"] = str(device)
         send("phase", phase="check")
         result["checks"] = check_cases(
-            problem, model_new, device, trials=job.trials, seed=job.seed, override=_override(job)
+            problem,
+            model_new,
+            device,
+            trials=job.trials,
+            seed=job.seed,
+            secret=job.secret,
+            override=_override(job),
         )
+        snapshot.verify("during the checks")
         send("phase", phase="time")
         result["benchmarks"] = time_benchmarks(problem, model_new, device, _settings(job))
-    except Verdict as verdict:
-        result.update(status=verdict.status, detail=verdict.detail)
+        snapshot.verify("during the timing")
+        result["warnings"] = _own_work(job, problem, model_new, device, bool(watcher.builds))
+    except Verdict as verdict:  # a row without timings: they mean nothing for a failed solution
+        result.update(
+            status=verdict.status, detail=verdict.detail, reason=verdict.reason, benchmarks=[]
+        )
     except SystemExit as exit_:
         traceback.print_exc()
         result.update(status=status.CRASHED, detail=f"the solution called sys.exit({exit_.code})")
@@ -178,6 +199,28 @@ def _load_solution(job: Job, device: torch.device, watcher: BuildWatcher) -> typ
     return model_new
 
 
+def _own_work(
+    job: Job, problem: Problem, model_new: type, device: torch.device, built: bool
+) -> list[str]:
+    """Profile one call of each side on the first case (harness.profiling): warnings, or the
+    "no_own_kernel" rejection. A profiler that fails here only costs the check, with a warning."""
+    case = problem.cases[0]
+    seed = mixed_seed(job.seed, job.secret)
+    reference, solution = build_models(problem, model_new, case, seed, device)
+    inputs = guard(status.PROBLEM_ERROR, "get_inputs", make_inputs, case, seed, device)
+
+    def profiled(model: Any) -> profiling.Profile:
+        own = replicate_all(inputs, device)  # copied outside the profile: only the call counts
+        return profiling.profile(lambda: model(*own), device)
+
+    try:
+        expected, got = profiled(reference), profiled(solution)
+    except Exception as err:
+        traceback.print_exc()
+        return [f"profiler check skipped ({describe_error(err)})"]
+    return profiling.judge(expected, got, device, Path(job.solution), built)
+
+
 def _why_not_cuda() -> str:
     return "the device is cpu" if torch.cuda.is_available() else "no CUDA device"
 
@@ -209,4 +252,4 @@ def _override(job: Job) -> tuple[float | None, float | None]:
 
 
 def _settings(job: Job) -> Settings:
-    return Settings(job.rule, job.graph, job.seed, job.flush, _override(job))
+    return Settings(job.rule, job.graph, job.seed, job.flush, _override(job), job.secret)

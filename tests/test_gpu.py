@@ -5,7 +5,8 @@ from pathlib import Path
 import pytest
 
 import run
-from tests.conftest import REPO, TOY, CliRun, toy_solution
+from tests.conftest import FIXTURES, REPO, TOY, CliRun, toy_solution
+from tests.test_cheats import CHEATS, EXPECTED, POINTER_VERDICTS
 
 pytestmark = pytest.mark.gpu
 
@@ -48,7 +49,7 @@ def test_illegal_memory_access_is_a_row_not_a_dead_run(gpu_cli) -> None:
         "--solution",
         toy_solution("cuda_out_of_bounds"),
         "--solution",
-        toy_solution("good"),
+        toy_solution("cuda_kernel"),
         "--max-samples",
         "5",
     ]
@@ -56,10 +57,51 @@ def test_illegal_memory_access_is_a_row_not_a_dead_run(gpu_cli) -> None:
     bad = gpu_cli.record("cuda_out_of_bounds")
     assert bad["status"] in ("runtime_error", "crashed")
     assert "illegal memory access" in bad["detail"] or "CUDA" in bad["detail"]
-    assert gpu_cli.record("good")["status"] == "ok"  # the next solution still ran
+    assert gpu_cli.record("cuda_kernel")["status"] == "ok"  # the next solution still ran
 
 
 def test_every_shipped_solution_is_correct_on_the_gpu(gpu_cli) -> None:
     assert gpu_cli("--all", "--max-samples", "20", "--budget-ms", "200") == run.EXIT_OK
     statuses = {(r["problem"], r["solution"]): r["status"] for r in gpu_cli.records()}
     assert set(statuses.values()) == {"ok"}, statuses
+
+
+# On the GPU every cheat gets its CPU verdict, except these (and the GPU-only ones).
+GPU_EXPECTED = {
+    **EXPECTED,
+    "calls_reference": ("rejected", "no_own_kernel", "launched no kernel of its own"),
+    "side_stream": ("rejected", "late_work", "changed after the call returned"),
+    "side_stream_when_timed": ("rejected", "unseen_work", "work the timer did not see"),
+}
+
+
+@pytest.fixture(scope="module")
+def gpu_cheats(tmp_path_factory: pytest.TempPathFactory) -> CliRun:
+    cli = CliRun(tmp_path_factory.mktemp("cheats"), REPO / ".cache" / "builds")
+    names = [*GPU_EXPECTED, "replay_by_pointer"]
+    args = [a for name in names for a in ("--solution", str(CHEATS / f"{name}.py"))]
+    cli("--problem", str(TOY), *args, "--max-samples", "20", "--trials", "2")
+    return cli
+
+
+@pytest.mark.parametrize("name", list(GPU_EXPECTED))
+def test_each_cheat_gets_its_verdict_on_the_gpu(gpu_cheats: CliRun, name: str) -> None:
+    wanted_status, reason, phrase = GPU_EXPECTED[name]
+    record = gpu_cheats.record(name)
+    assert record["settings"]["device"] == "cuda:0"
+    assert (record["status"], record.get("reason")) == (wanted_status, reason), record["detail"]
+    assert phrase in record["detail"]
+
+
+def test_replaying_by_address_is_caught_on_the_gpu(gpu_cheats: CliRun) -> None:
+    record = gpu_cheats.record("replay_by_pointer")
+    assert (record["status"], record.get("reason")) in POINTER_VERDICTS, record["detail"]
+
+
+def test_calling_torch_multilabel_margin_loss_is_rejected(gpu_cli: CliRun) -> None:
+    solution = FIXTURES / "cheats_multilabel" / "calls_torch_loss.py"
+    args = ["--problem", "multilabel_margin", "--solution", str(solution), "--max-samples", "5"]
+    assert gpu_cli(*args, "--trials", "1") == run.EXIT_FAILED
+    record = gpu_cli.record("calls_torch_loss")
+    assert (record["status"], record.get("reason")) == ("rejected", "no_own_kernel")
+    assert "multilabel_margin_loss" in record["detail"]

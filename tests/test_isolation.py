@@ -20,7 +20,7 @@ def toy_run(module_cli: CliRun) -> tuple[int, CliRun]:
     ("solution", "status", "detail"),
     [
         ("good", "ok", ""),
-        ("wrong_scale", "incorrect", "case 'scale=3', seed 1043: output: 2112 of 2112 elements"),
+        ("wrong_scale", "incorrect", "case 'scale=3', seed "),
         ("raises", "runtime_error", "case 'default': ValueError: deliberate failure in forward"),
         ("segfault", "crashed", "worker killed by SIGSEGV; log ends: Fatal Python error"),
         ("hard_exit", "crashed", "worker exited with code 7 without reporting"),

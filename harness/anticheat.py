@@ -1,0 +1,211 @@
+"""The rules a solution's call must keep for its result to mean anything, checked on every call
+the harness inspects (each correctness check, and spot checks among the timed calls).
+
+A broken rule ends the job with status "rejected" and the rule's name as the reason:
+
+  not_a_tensor          an output is a torch.Tensor subclass (a lazy tensor that computes later,
+                        say), not a plain torch.Tensor
+  stream_switched       the call left a different current CUDA stream, which the timer's events
+                        would then be recorded on
+  late_work             the output changed after the call returned: work on another stream or
+                        thread that the timer's events could not see
+  output_aliases_input  an output shares memory with an input
+  input_mutated         the call wrote to its inputs (the reference does not)
+  nondeterministic      two calls on the same inputs disagree beyond the tolerance (a race, or
+                        outputs replayed from an earlier call)
+
+Freed memory is poisoned (every byte 0xFF: NaN for floats, -1 for integers) before each call, so
+a solution that returns memory it never wrote gets NaN, not a result some earlier computation
+left behind; `poison_note` names it in the mismatch report.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from harness import status
+from harness.compare import compare
+from harness.errors import Verdict
+
+POISON_BYTE = 0xFF
+JOIN_S = 2.0  # how long to wait for threads a call left running
+INT_OF_WIDTH = {1: torch.uint8, 2: torch.int16, 4: torch.int32, 8: torch.int64}
+
+
+def reject(reason: str, detail: str) -> Verdict:
+    return Verdict(status.REJECTED, f"{detail} [rule: {reason}]", reason)
+
+
+def tensors_in(value: Any) -> list[torch.Tensor]:
+    """Every tensor in a (nested) tuple or list, in order."""
+    if isinstance(value, torch.Tensor):
+        return [value]
+    if isinstance(value, (tuple, list)):
+        return [t for item in value for t in tensors_in(item)]
+    return []
+
+
+def poison(device: torch.device, sizes: Iterable[int]) -> None:
+    """Fill freed memory of these byte sizes with POISON_BYTE: allocate, fill and free a block
+    of each size, so the allocator hands those blocks out next (torch's caching allocator on
+    CUDA picks the same best-fitting block for the same size)."""
+    blocks = [
+        torch.full((max(int(size), 1),), POISON_BYTE, dtype=torch.uint8, device=device)
+        for size in sorted(set(sizes))
+    ]
+    del blocks
+
+
+def output_sizes(value: Any) -> list[int]:
+    """The byte sizes of the tensors in `value` (what the next output will likely ask for)."""
+    return [t.numel() * t.element_size() for t in tensors_in(value)]
+
+
+def poison_note(actual: Any) -> str:
+    """'; N elements hold the poison ...' when an output holds poisoned bytes, else ''."""
+    count = 0
+    for tensor in tensors_in(actual):
+        width = INT_OF_WIDTH.get(tensor.element_size())
+        if width is None or tensor.device.type == "meta" or tensor.is_complex():
+            continue
+        count += int((tensor.detach().view(width) == _all_ones(width)).sum())
+    if not count:
+        return ""
+    return (
+        f"; {count} output element(s) hold the harness's poison bytes (0x{POISON_BYTE:X}): "
+        "memory the solution never wrote"
+    )
+
+
+def _all_ones(dtype: torch.dtype) -> int:
+    return 255 if dtype == torch.uint8 else -1
+
+
+def require_plain(output: Any, label: str) -> None:
+    """Every output tensor is exactly a torch.Tensor, not a subclass that could compute later."""
+    for tensor in tensors_in(output):
+        if type(tensor) is not torch.Tensor:
+            raise reject(
+                "not_a_tensor",
+                f"{label}: returned a {type(tensor).__name__}, a subclass of torch.Tensor; "
+                "return a plain torch.Tensor holding the result",
+            )
+
+
+@dataclass
+class Call:
+    """One call of a solution: the inputs it was given (as they are after the call) and its
+    output."""
+
+    inputs: list[Any]
+    output: Any
+
+
+def watched_call(model: Any, inputs: list[Any], device: torch.device, label: str) -> Call:
+    """Call `model(*inputs)` and make sure all its work was done by the time it returned.
+
+    The output is copied as soon as the current stream (the one the timer's events see) has
+    finished; then every other stream and every thread the call started is waited for, and the
+    output must still equal the copy.
+    """
+    threads = set(threading.enumerate())
+    stream = torch.cuda.current_stream(device) if device.type == "cuda" else None
+    output = model(*inputs)
+    if stream is not None:
+        if torch.cuda.current_stream(device) != stream:
+            torch.cuda.set_stream(stream)
+            raise reject(
+                "stream_switched",
+                f"{label}: the call changed the current CUDA stream; launch on "
+                "torch.cuda.current_stream() or wait for your streams before returning",
+            )
+        stream.synchronize()
+    require_plain(output, label)
+    snapshot = [t.detach().clone() for t in tensors_in(output)]
+    wait_for_all(device, threads)
+    for index, (before, after) in enumerate(zip(snapshot, tensors_in(output), strict=True)):
+        if compare(before, after, 0.0, 0.0):
+            raise reject(
+                "late_work",
+                f"{label}: output {index} changed after the call returned (work on another "
+                "stream or thread, unseen by the timer); finish all work on the current "
+                "stream before returning",
+            )
+    return Call(inputs, output)
+
+
+def wait_for_all(device: torch.device, threads_before: set[threading.Thread]) -> None:
+    """Wait for every thread started since `threads_before` and for the whole device."""
+    for thread in set(threading.enumerate()) - threads_before:
+        if thread is not threading.current_thread():
+            thread.join(JOIN_S)
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def check_call(call: Call, pristine: list[Any], reference_inputs: list[Any], label: str) -> None:
+    """The call did not alias or overwrite its inputs (unless the reference does the same)."""
+    check_aliasing(call, reference_inputs, label)
+    for index, (original, given, by_reference) in enumerate(
+        zip(pristine, call.inputs, reference_inputs, strict=True)
+    ):
+        if not isinstance(original, torch.Tensor):
+            continue
+        if same_bytes(original, by_reference):  # the reference leaves its inputs alone
+            if not same_bytes(original, given):
+                raise reject(
+                    "input_mutated",
+                    f"{label}: the call wrote to input {index}; a solution must leave its "
+                    "inputs unchanged",
+                )
+        elif report := compare(by_reference, given):
+            raise Verdict(
+                status.INCORRECT,
+                f"{label}: input {index} after the call differs from the reference's: {report}",
+            )
+
+
+def check_aliasing(call: Call, reference_inputs: list[Any], label: str) -> None:
+    if any(_overlaps(out, tensors_in(reference_inputs)) for out in tensors_in(call.output)):
+        return  # the reference returns a view of its input: so may the solution
+    for index, out in enumerate(tensors_in(call.output)):
+        if _overlaps(out, tensors_in(call.inputs)):
+            raise reject(
+                "output_aliases_input",
+                f"{label}: output {index} shares memory with an input; return a new tensor",
+            )
+
+
+def _overlaps(tensor: torch.Tensor, others: list[torch.Tensor]) -> bool:
+    if tensor.device.type == "meta" or tensor.numel() == 0:
+        return False
+    start, size = _span(tensor)
+    for other in others:
+        if other.device != tensor.device or other.device.type == "meta" or other.numel() == 0:
+            continue
+        other_start, other_size = _span(other)
+        if start < other_start + other_size and other_start < start + size:
+            return True
+    return False
+
+
+def _span(tensor: torch.Tensor) -> tuple[int, int]:
+    storage = tensor.untyped_storage()
+    return storage.data_ptr(), storage.nbytes()
+
+
+def same_bytes(a: torch.Tensor, b: torch.Tensor) -> bool:
+    """Whether two tensors' whole storages hold the same bytes (NaN-safe, padding included)."""
+    if a.device.type == "meta" or b.device.type == "meta":
+        return True
+    return torch.equal(_bytes(a), _bytes(b).to(a.device))
+
+
+def _bytes(tensor: torch.Tensor) -> torch.Tensor:
+    storage = tensor.untyped_storage()
+    return torch.empty(0, dtype=torch.uint8, device=tensor.device).set_(storage)

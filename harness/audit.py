@@ -1,0 +1,300 @@
+"""Audit a problem before it is run: reject a problem that a wrong solution could pass.
+
+A correctness check is only as strong as the reference's outputs. If they are all but zero, a
+solution returning zeros passes; if they are one constant, returning that constant passes; if
+they do not change with the seed, returning a memorised output passes; if every case has the
+same input shape, a solution hard-coded to that shape passes. The audit runs the reference
+(never a solution) the way harness/checking.py does and says which of these holds, each with
+how to fix the problem file.
+
+The value checks (zero_passes, constant, seed_independent) judge the default case, on every
+seed: every problem has it, it is also the first benchmark (so a shortcut there would be timed
+as a speedup), and it is never an edge case. Extra cases often are edge cases whose answer is
+meant to be trivial (the sum of an empty tensor is 0), so they are run on the first seed only,
+for errors and a nondeterministic reference. Invalid cases and benchmarks are not run: the
+reference refuses the former, and the latter can be huge.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from harness.checking import call, describe_error
+from harness.compare import DEFAULT_TOLERANCE, FALLBACK_TOLERANCE, compare
+from harness.inputs import make_init_inputs, make_inputs, seed_everything
+from harness.loading import Case, Problem
+
+REJECT = "reject"  # the problem is not worth solving: the run stops
+WARN = "warn"  # the problem is weaker than it could be: the run goes on
+Shapes = tuple[tuple[int, ...], ...]  # the shapes of a case's tensor inputs, in order
+
+
+@dataclass(frozen=True)
+class Finding:
+    """One thing wrong with a problem, in one line: what is wrong and how to fix it."""
+
+    level: str  # REJECT or WARN
+    check: str  # zero_passes, constant, seed_independent, nondeterministic, one_shape, error
+    case: str | None  # the case it was found in; None for the problem as a whole
+    message: str
+
+
+@dataclass(frozen=True)
+class CaseRun:
+    """The reference run on one case: an output per seed, the input shapes, a rerun's report."""
+
+    outputs: list[Any]
+    shapes: Shapes
+    rerun_report: str | None  # compare() of a second run on the first seed's inputs
+
+
+class ProblemFailed(Exception):
+    """The problem's own code raised; the message is one line naming the step."""
+
+
+def audit_problem(
+    problem: Problem, device: torch.device, seeds: tuple[int, ...] = (1, 2, 3)
+) -> list[Finding]:
+    """Run the reference on the problem's valid cases and return what is wrong, if anything."""
+    if len(set(seeds)) < 2:
+        raise ValueError(f"the audit needs two different seeds at least, not {seeds}")
+    findings = []
+    default_shapes: Shapes | None = None
+    other_shapes = []
+    for index, case in enumerate(problem.cases):
+        if case.invalid:
+            continue
+        atol = case.atol if case.atol is not None else problem.atol
+        rtol = case.rtol if case.rtol is not None else problem.rtol
+        try:
+            run = run_case(problem, case, device, seeds if index == 0 else seeds[:1], atol, rtol)
+        except ProblemFailed as failure:
+            findings.append(Finding(REJECT, "error", case.name, str(failure)))
+            continue
+        if run.rerun_report:
+            findings.append(
+                Finding(
+                    WARN,
+                    "nondeterministic",
+                    case.name,
+                    f"two runs of the reference on the same inputs (seed {seeds[0]}) differ: "
+                    f"{run.rerun_report}; a correct solution may fail: make the reference "
+                    "deterministic or loosen ATOL/RTOL",
+                )
+            )
+        if index == 0:
+            default_shapes = run.shapes
+            finding = judge_values(case.name, run.outputs, seeds, atol, rtol)
+            if finding:
+                findings.append(finding)
+        else:
+            other_shapes.append(run.shapes)
+    if default_shapes and all(shapes == default_shapes for shapes in other_shapes):
+        shown = " and ".join(str(shape) for shape in default_shapes)
+        findings.append(
+            Finding(
+                WARN,
+                "one_shape",
+                None,
+                f"every case has the default's input shapes {shown}, so a solution hard-coded "
+                "to them passes: add CASES whose inputs have other sizes",
+            )
+        )
+    return findings
+
+
+def run_case(
+    problem: Problem,
+    case: Case,
+    device: torch.device,
+    seeds: tuple[int, ...],
+    atol: float | None,
+    rtol: float | None,
+) -> CaseRun:
+    """The reference's output on each seed, as harness/checking.py builds and calls it.
+
+    The model is built once from the first seed and then fed each seed's inputs, as a case's
+    trials are. On the first seed the reference runs twice, to see whether it repeats itself.
+    """
+    seed_everything(seeds[0])  # before get_init_inputs too: it may draw weights at random
+    init_inputs = attempt("get_init_inputs()", make_init_inputs, case, device)
+    model = attempt("Model(*init_inputs)", lambda: problem.model(*init_inputs).to(device).eval())
+    outputs = []
+    shapes: Shapes = ()
+    rerun_report = None
+    with torch.no_grad():
+        for seed in seeds:
+            inputs = attempt("get_inputs()", make_inputs, case, seed, device)
+            output = attempt("the reference Model", call, model, inputs, device)
+            if seed == seeds[0]:
+                shapes = tuple(tuple(v.shape) for v in inputs if isinstance(v, torch.Tensor))
+                if supported(output):
+                    again = attempt("the reference Model", call, model, inputs, device)
+                    rerun_report = compare(output, again, atol, rtol)
+            outputs.append(output)
+    return CaseRun(outputs, shapes, rerun_report)
+
+
+def attempt(step: str, fn: Callable[..., Any], *args: Any) -> Any:
+    """Call `fn(*args)`; an exception becomes ProblemFailed with a one-line message."""
+    try:
+        return fn(*args)
+    except Exception as err:
+        raise ProblemFailed(f"{step} raised {describe_error(err)}") from err
+
+
+def judge_values(
+    case: str, outputs: list[Any], seeds: tuple[int, ...], atol: float | None, rtol: float | None
+) -> Finding | None:
+    """The strongest of zero_passes, constant and seed_independent that holds, if any.
+
+    Each implies the next (zeros are a constant; a constant is the same on every seed), so only
+    the strongest is reported: it names the cheapest output that would pass.
+    """
+    if not all(supported(output) for output in outputs) or not has_values(outputs[0]):
+        return None
+    on_seeds = f"on seeds {', '.join(str(seed) for seed in seeds)}"
+    tolerance = tolerance_text(outputs[0], atol, rtol)
+    if all(compare(output, zeros(output), atol, rtol) is None for output in outputs):
+        peak = max(max_abs(output) for output in outputs)
+        return Finding(
+            REJECT,
+            "zero_passes",
+            case,
+            f"every value is within the tolerance of zero {on_seeds} (max |value| {peak:.3g}, "
+            f"tolerance {tolerance}), so returning zeros passes: use larger inputs or values, "
+            "or a tighter ATOL",
+        )
+    fills = [constant(output) for output in outputs]
+    each_seed = zip(outputs, fills, strict=True)
+    near_constant = all(compare(output, fill, atol, rtol) is None for output, fill in each_seed)
+    if near_constant and all(compare(fills[0], fill, atol, rtol) is None for fill in fills[1:]):
+        values = ", ".join(format_value(value) for value in first_values(fills[0]))
+        return Finding(
+            REJECT,
+            "constant",
+            case,
+            f"the output is the constant {values} {on_seeds} (within {tolerance}), so "
+            "returning that constant passes: choose inputs that the output depends on",
+        )
+    if all(compare(outputs[0], output, atol, rtol) is None for output in outputs[1:]):
+        return Finding(
+            REJECT,
+            "seed_independent",
+            case,
+            f"the output is the same {on_seeds} (within {tolerance}): the inputs ignore the "
+            "seed, so a solution could return a memorised output: draw them from torch, numpy "
+            "or random (torch.randn, say)",
+        )
+    return None
+
+
+def supported(output: Any) -> bool:
+    """Whether the audit can judge `output`: a tensor, a number, or a tuple or list of them."""
+    if isinstance(output, (tuple, list)):
+        return all(supported(item) for item in output)
+    return isinstance(output, (torch.Tensor, bool, int, float))
+
+
+def leaves(output: Any) -> list[Any]:
+    """The tensors and numbers in `output`, in order."""
+    if isinstance(output, (tuple, list)):
+        return [leaf for item in output for leaf in leaves(item)]
+    return [output]
+
+
+def has_values(output: Any) -> bool:
+    """False when `output` holds no element at all (every tensor empty): nothing to judge."""
+    return any(not isinstance(leaf, torch.Tensor) or leaf.numel() > 0 for leaf in leaves(output))
+
+
+def replace_leaves(output: Any, fn: Callable[[Any], Any]) -> Any:
+    """`output` with the same structure, each tensor or number `x` replaced by `fn(x)`."""
+    if isinstance(output, (tuple, list)):
+        items = [replace_leaves(item, fn) for item in output]
+        return items if isinstance(output, list) else tuple(items)
+    return fn(output)
+
+
+def zeros(output: Any) -> Any:
+    """What a solution returning zeros would return: same structure, shapes and dtypes."""
+    return replace_leaves(
+        output, lambda x: torch.zeros_like(x) if isinstance(x, torch.Tensor) else type(x)(0)
+    )
+
+
+def constant(output: Any) -> Any:
+    """Each tensor filled with one value: its mean if floating, its most common value if not."""
+    return replace_leaves(output, fill)
+
+
+def fill(x: Any) -> Any:
+    if not isinstance(x, torch.Tensor):
+        return x  # a number is its own constant: whether it changes is judged across seeds
+    if x.numel() == 0:
+        return x.clone()
+    if x.is_floating_point() or x.is_complex():
+        mean = x.mean() if x.is_complex() else x.to(torch.float64).mean()
+        return torch.full_like(x, mean.item())
+    values, counts = torch.unique(x, return_counts=True)
+    return torch.full_like(x, values[counts.argmax()].item())
+
+
+def first_values(output: Any) -> list[Any]:
+    """The first element of each non-empty tensor, and each number: a fill's values."""
+    return [
+        leaf.flatten()[0].item() if isinstance(leaf, torch.Tensor) else leaf
+        for leaf in leaves(output)
+        if not isinstance(leaf, torch.Tensor) or leaf.numel() > 0
+    ]
+
+
+def format_value(value: Any) -> str:
+    return f"{value:.6g}" if isinstance(value, (float, complex)) else str(value)
+
+
+def max_abs(output: Any) -> float:
+    """The largest finite |value| in `output` (0 when there is none)."""
+    peak = 0.0
+    for leaf in leaves(output):
+        x = leaf.detach() if isinstance(leaf, torch.Tensor) else torch.tensor(leaf)
+        if x.is_complex():
+            x = torch.view_as_real(x)
+        x = x.to(torch.float64).abs()
+        x = x[torch.isfinite(x)]
+        if x.numel():
+            peak = max(peak, x.max().item())
+    return peak
+
+
+def tolerance_text(output: Any, atol: float | None, rtol: float | None) -> str:
+    """The tolerance compare() applies to `output`'s first floating-point tensor or number."""
+    for leaf in leaves(output):
+        x = leaf if isinstance(leaf, torch.Tensor) else torch.tensor(leaf)
+        if x.is_floating_point() or x.is_complex():
+            dtype = x.dtype.to_real() if x.is_complex() else x.dtype
+            default_atol, default_rtol = DEFAULT_TOLERANCE.get(dtype, FALLBACK_TOLERANCE)
+            atol = default_atol if atol is None else atol
+            rtol = default_rtol if rtol is None else rtol
+            return f"atol={atol:g} rtol={rtol:g}"
+    return "exact equality"
+
+
+def rejected(findings: list[Finding]) -> bool:
+    """Whether any finding rejects the problem."""
+    return any(finding.level == REJECT for finding in findings)
+
+
+def render_findings(problem_name: str, findings: list[Finding]) -> str:
+    """Lines for the CLI: '<name>: ok', or one line per finding, rejects first."""
+    if not findings:
+        return f"{problem_name}: ok"
+    lines = []
+    for finding in sorted(findings, key=lambda f: f.level != REJECT):
+        where = f" (case {finding.case!r})" if finding.case is not None else ""
+        lines.append(f"{problem_name}: {finding.level} {finding.check}{where}: {finding.message}")
+    return "\n".join(lines)

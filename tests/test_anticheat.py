@@ -1,0 +1,257 @@
+"""The anti-cheat parts one by one, in this process: rules, poison, feeds, spot checks, timer
+identity, the profiler's judgement, the static scan and the unseen-work cross-check."""
+
+from __future__ import annotations
+
+import random
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+
+import run
+from harness import anticheat, benchmarking, feeding, integrity, profiling, scan, status
+from harness.errors import Verdict
+from tests.conftest import FIXTURES
+
+CPU = torch.device("cpu")
+
+
+def rule_of(fn: Any, *args: Any) -> str | None:
+    with pytest.raises(Verdict) as caught:
+        fn(*args)
+    assert caught.value.status == status.REJECTED
+    return caught.value.reason
+
+
+def test_writing_to_an_input_is_rejected_unless_the_reference_does_it_too() -> None:
+    pristine = [torch.arange(6.0)]
+    untouched = [pristine[0].clone()]
+    written = [pristine[0].clone().mul_(2)]
+    call = anticheat.Call(written, torch.zeros(6))
+    assert rule_of(anticheat.check_call, call, pristine, untouched, "c") == "input_mutated"
+    # The reference writes the same into its own copy: then so may the solution.
+    anticheat.check_call(call, pristine, [pristine[0].clone().mul_(2)], "c")
+
+
+def test_a_write_outside_the_view_is_a_mutation_too() -> None:
+    storage = torch.arange(10.0)
+    view = storage[2:5]
+    changed = storage.clone()
+    changed[8] = -1  # outside the visible elements, inside the storage
+    assert not anticheat.same_bytes(view, changed[2:5])
+    assert anticheat.same_bytes(torch.tensor([float("nan")]), torch.tensor([float("nan")]))
+
+
+def test_an_output_sharing_memory_with_an_input_is_rejected() -> None:
+    x = torch.ones(4, 4)
+    call = anticheat.Call([x], x[1])
+    assert rule_of(anticheat.check_aliasing, call, [x.clone()], "c") == "output_aliases_input"
+    anticheat.check_aliasing(anticheat.Call([x], x.clone()), [x.clone()], "c")
+
+
+def test_a_tensor_subclass_is_not_a_plain_tensor() -> None:
+    class Sub(torch.Tensor):
+        pass
+
+    assert rule_of(anticheat.require_plain, (torch.ones(1).as_subclass(Sub),), "c") == (
+        "not_a_tensor"
+    )
+    anticheat.require_plain([torch.ones(1), 3.0], "c")
+
+
+def test_work_finished_by_a_thread_after_the_call_is_late_work() -> None:
+    def late(x: torch.Tensor) -> torch.Tensor:
+        out = torch.zeros_like(x)
+        threading.Thread(target=lambda: (time.sleep(0.02), out.fill_(1))).start()
+        return out
+
+    assert rule_of(anticheat.watched_call, late, [torch.ones(3)], CPU, "c") == "late_work"
+    made = anticheat.watched_call(lambda x: x + 1, [torch.ones(3)], CPU, "c")
+    assert torch.equal(made.output, torch.full((3,), 2.0))
+
+
+def test_poisoned_elements_are_counted_in_the_report() -> None:
+    out = torch.zeros(4)
+    out.view(torch.int32)[1:3] = -1  # two elements whose bytes are all 0xFF
+    assert "2 output element(s) hold the harness's poison" in anticheat.poison_note(out)
+    assert anticheat.poison_note(torch.zeros(4)) == ""
+
+
+def test_perturb_swaps_two_values_of_one_row_of_the_first_float_input() -> None:
+    labels = torch.arange(12).reshape(3, 4)
+    x = torch.randn(3, 4)
+    before = x.clone()
+    feeding.perturb([labels, x], random.Random(1))
+    assert torch.equal(labels, torch.arange(12).reshape(3, 4))  # integers are left alone
+    changed = (x != before).nonzero()
+    assert len(changed) == 2 and changed[0, 0] == changed[1, 0]  # two places, one row
+    assert torch.equal(x.sort(dim=1).values, before.sort(dim=1).values)
+    expanded = torch.randn(1, 4).expand(3, 4)
+    kept = expanded.clone()
+    feeding.perturb([expanded], random.Random(1))  # overlapping memory: not touched
+    assert torch.equal(expanded, kept)
+
+
+class Doubler(torch.nn.Module):
+    def __init__(self, wrong_on: int = 0) -> None:
+        super().__init__()
+        self.calls, self.wrong_on = 0, wrong_on
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        self.calls += 1
+        return x * 2 + (1 if self.calls == self.wrong_on else 0)
+
+
+def fed(model: torch.nn.Module, wrong_to_check: bool = True) -> feeding.Feed:
+    check = feeding.output_check(Doubler(), CPU, None, None)
+    checker = feeding.SpotChecker(check, random.Random(0), CPU, "benchmark 'b'")
+    checker.force(10**6 if wrong_to_check else 0)
+    return feeding.Feed(model, [[torch.randn(8, 8)], [torch.randn(8, 8)]], 3, checker)
+
+
+def test_a_spot_check_catches_one_wrong_timed_call() -> None:
+    feed = fed(Doubler(wrong_on=5))
+    with pytest.raises(Verdict) as caught:
+        for _ in range(6):
+            feed.prepare()
+            feed()
+    assert caught.value.status == status.INCORRECT
+    assert "benchmark 'b', timed call 5" in caught.value.detail
+
+
+def test_right_timed_calls_pass_their_spot_checks_with_fresh_inputs() -> None:
+    feed = fed(Doubler())
+    seen = set()
+    for _ in range(6):
+        feed.prepare()
+        seen.add(tuple(feed.current[0].flatten().tolist()))
+        feed()
+    feed.prepare()
+    assert feed.checker is not None and feed.checker.checked == 6
+    assert len(seen) == 6  # every call saw different inputs
+
+
+def test_work_the_timer_did_not_see_is_rejected() -> None:
+    def threaded(x: torch.Tensor) -> torch.Tensor:
+        out = torch.empty_like(x)
+        threading.Thread(target=lambda: (time.sleep(0.005), out.copy_(x))).start()
+        return out
+
+    feed = feeding.Feed(threaded, [[torch.ones(4)]], 0)
+    feed.prepare()
+    with pytest.raises(Verdict) as caught:
+        benchmarking.check_seen(feed, timed_us=10.0, host_us=None, device=CPU)
+    assert caught.value.reason == "unseen_work"
+    honest = feeding.Feed(lambda x: x * 2, [[torch.ones(4)]], 0)
+    honest.prepare()
+    assert benchmarking.check_seen(honest, timed_us=1e4, host_us=None, device=CPU) < 2e4
+
+
+@pytest.mark.parametrize(
+    ("holder", "name"),
+    [
+        (torch.cuda, "Event"),
+        (torch.cuda, "synchronize"),
+        (time, "perf_counter"),
+        (torch, "allclose"),
+    ],
+)
+def test_a_replaced_timer_or_comparison_is_named(
+    monkeypatch: pytest.MonkeyPatch, holder: Any, name: str
+) -> None:
+    snapshot = integrity.Snapshot()
+    snapshot.verify("before")
+    monkeypatch.setattr(holder, name, lambda *a, **k: None)
+    with pytest.raises(Verdict) as caught:
+        snapshot.verify("after")
+    assert (
+        caught.value.reason == "timer_replaced" and f".{name} was replaced" in caught.value.detail
+    )
+
+
+def test_a_replaced_harness_function_is_named(monkeypatch: pytest.MonkeyPatch) -> None:
+    from harness import compare
+
+    snapshot = integrity.Snapshot()
+    monkeypatch.setattr(compare, "compare", lambda *a, **k: None)
+    with pytest.raises(Verdict) as caught:
+        snapshot.verify("after")
+    assert caught.value.reason == "harness_replaced"
+    assert "harness.compare.compare was replaced" in caught.value.detail
+
+
+PYTORCH_KERNEL = "void at::native::vectorized_elementwise_kernel<4, at::native::Mul>(int, float*)"
+OWN_KERNEL = "void scale_add_kernel<256>(float const*, float*, long)"
+
+
+def test_kernel_names_are_reduced_to_their_function_name() -> None:
+    assert profiling.kernel_name(OWN_KERNEL) == "scale_add_kernel"
+    assert profiling.kernel_name(PYTORCH_KERNEL) == "vectorized_elementwise_kernel"
+    anonymous = "void at::native::(anonymous namespace)::loss_kernel<float>(float*)"
+    assert profiling.kernel_name(anonymous) == "loss_kernel"
+
+
+def test_a_gpu_solution_must_launch_a_kernel_named_in_its_own_source(tmp_path: Path) -> None:
+    source = tmp_path / "mine.py"
+    source.write_text('CUDA = "__global__ void scale_add_kernel(...) {}"\n')
+    cuda = torch.device("cuda")
+    reference = profiling.Profile(frozenset({"aten::mul", "aten::add"}), (PYTORCH_KERNEL,))
+    torch_only = profiling.Profile(frozenset({"aten::mul", "aten::add"}), (PYTORCH_KERNEL,))
+    assert rule_of(profiling.judge, reference, torch_only, cuda, source, True) == "no_own_kernel"
+    # A PyTorch kernel's name in the source does not make it the solution's own.
+    source.write_text("# vectorized_elementwise_kernel\n")
+    assert rule_of(profiling.judge, reference, torch_only, cuda, source, True) == "no_own_kernel"
+    source.write_text('CUDA = "__global__ void scale_add_kernel(...) {}"\n')
+    mine = profiling.Profile(frozenset({"aten::empty_like"}), (OWN_KERNEL,))
+    assert profiling.judge(reference, mine, cuda, source, True) == []
+
+
+def test_on_a_cpu_calling_the_references_operator_is_a_warning(tmp_path: Path) -> None:
+    reference = profiling.Profile(frozenset({"aten::multilabel_margin_loss"}), ())
+    same = profiling.Profile(frozenset({"aten::multilabel_margin_loss", "aten::empty"}), ())
+    warnings = profiling.judge(reference, same, CPU, tmp_path / "s.py", built=False)
+    assert warnings == [
+        "calls the reference's own operator(s) aten::multilabel_margin_loss",
+        "built no extension: its work is PyTorch's own",
+    ]
+
+
+def test_the_profiler_sees_the_top_level_operators_only() -> None:
+    x = torch.randn(4, 5)
+    target = torch.full((4, 5), -1, dtype=torch.long)
+    target[:, 0] = 1
+    seen = profiling.profile(lambda: torch.nn.functional.multilabel_margin_loss(x, target), CPU)
+    assert "aten::multilabel_margin_loss" in seen.ops
+    assert "aten::multilabel_margin_loss_forward" not in seen.ops  # called inside it
+
+
+def test_the_scan_names_what_it_found_in_the_cheats() -> None:
+    found = {path.stem: scan.scan(path) for path in sorted((FIXTURES / "cheats").glob("*.py"))}
+    assert found["replaces_event"] == ["source: replaces torch.cuda.Event (line 18)"]
+    assert "source: starts threads (line 3)" in found["background_thread"]
+    assert any("data pointer" in w for w in found["replay_by_pointer"])
+    assert any("CUDA stream of its own" in w for w in found["side_stream"])
+    assert found["returns_nan"] == []
+    cuda_in_a_string = Path(FIXTURES / "toy_solutions" / "cuda_kernel.py")
+    assert scan.scan(cuda_in_a_string) == []  # data_ptr() inside CUDA source is not Python
+
+
+def test_audit_flag_audits_without_running_solutions(capsys: pytest.CaptureFixture) -> None:
+    bad = FIXTURES / "audit" / "returns_zeros.py"
+    assert run.main(["--problem", str(bad), "--audit", "--device", "cpu"]) == run.EXIT_FAILED
+    assert "reject zero_passes" in capsys.readouterr().out
+    assert run.main(["--all", "--audit", "--device", "cpu"]) == run.EXIT_OK
+    assert "multilabel_margin: ok" in capsys.readouterr().out
+
+
+def test_a_run_refuses_a_problem_that_fails_its_audit(cli: Any, capsys: Any) -> None:
+    bad = FIXTURES / "audit" / "returns_zeros.py"
+    good = FIXTURES / "toy_solutions" / "good.py"
+    assert cli("--problem", str(bad), "--solution", str(good)) == run.EXIT_INPUT
+    error = capsys.readouterr().err.strip()
+    assert error.startswith("error: problem 'returns_zeros' fails its audit (zero_passes)")
+    assert len(error.splitlines()) == 1

@@ -1,0 +1,291 @@
+"""The problem audit: each broken fixture gets its finding, clean problems pass, cheats agree."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import replace
+from typing import Any
+
+import pytest
+import torch
+import torch.nn as nn
+
+from harness import status
+from harness.audit import REJECT, WARN, Finding, audit_problem, rejected, render_findings
+from harness.checking import Verdict, check_cases
+from harness.compare import compare
+from harness.discovery import list_problems
+from harness.inputs import seed_everything
+from harness.loading import Case, Problem, load_problem
+from tests.conftest import FIXTURES, REPO
+
+AUDIT = FIXTURES / "audit"
+CPU = torch.device("cpu")
+ONE_SHAPE = (WARN, "one_shape")
+
+
+def fixture(name: str) -> Problem:
+    return load_problem(name, AUDIT / f"{name}.py")
+
+
+def checks(findings: list[Finding]) -> list[tuple[str, str]]:
+    return [(finding.level, finding.check) for finding in findings]
+
+
+@pytest.mark.parametrize(
+    ("name", "expected", "phrase"),
+    [
+        ("good_relu", [ONE_SHAPE], "add CASES whose inputs have other sizes"),
+        ("good_with_cases", [], None),
+        ("scalar_loss", [ONE_SHAPE], "input shapes (16, 32) and (16, 32)"),
+        (
+            "returns_zeros",
+            [(REJECT, "zero_passes"), ONE_SHAPE],
+            "every value is within the tolerance of zero on seeds 1, 2, 3 (max |value| 0,",
+        ),
+        ("tiny_output", [(REJECT, "zero_passes"), ONE_SHAPE], "or a tighter ATOL"),
+        ("constant_output", [(REJECT, "constant"), ONE_SHAPE], "the output is the constant 1 "),
+        ("fixed_inputs", [(REJECT, "seed_independent"), ONE_SHAPE], "memorised output"),
+        (
+            "raising_inputs",
+            [(REJECT, "error")],
+            "get_inputs() raised RuntimeError: Trying to create tensor with negative dimension",
+        ),
+        ("noisy_reference", [(WARN, "nondeterministic"), ONE_SHAPE], "on the same inputs"),
+    ],
+)
+def test_each_fixture_gets_exactly_its_findings(
+    name: str, expected: list[tuple[str, str]], phrase: str | None
+) -> None:
+    findings = audit_problem(fixture(name), CPU)
+    assert checks(findings) == expected
+    assert rejected(findings) == any(level == REJECT for level, _ in expected)
+    assert all("\n" not in finding.message for finding in findings)
+    if phrase is not None:
+        assert phrase in findings[0].message
+
+
+def test_zero_passes_names_the_largest_value_and_the_tolerance() -> None:
+    problem = replace(fixture("tiny_output"), atol=2e-5)
+    (finding, _) = audit_problem(problem, CPU)
+    assert finding.case == "default"
+    match = re.search(
+        r"max \|value\| ([0-9.e+-]+), tolerance atol=2e-05 rtol=0.0001\)", finding.message
+    )
+    assert match and 1e-9 < float(match.group(1)) < 1e-8  # randn * 1e-9 over 512 values
+    # A tolerance under the values makes the outputs meaningful again.
+    assert checks(audit_problem(replace(problem, atol=1e-12, rtol=0.0), CPU)) == [ONE_SHAPE]
+
+
+class Cheat(nn.Module):
+    """A solution that ignores its constructor arguments, as a cheat may."""
+
+    def __init__(self, *init_inputs: Any) -> None:
+        super().__init__()
+
+
+class ZeroSolution(Cheat):
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return torch.zeros_like(x)
+
+
+class OnesSolution(Cheat):
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return torch.ones_like(x)
+
+
+def memorised(problem: Problem) -> type:
+    """A solution returning the default case's output, computed once, whatever its input."""
+    seed_everything(0)
+    with torch.no_grad():
+        output = problem.model()(*problem.cases[0].get_inputs())
+
+    class Memorised(Cheat):
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return output.clone()
+
+    return Memorised
+
+
+@pytest.mark.parametrize(
+    ("name", "cheat"),
+    [
+        ("returns_zeros", ZeroSolution),
+        ("tiny_output", ZeroSolution),
+        ("constant_output", OnesSolution),
+        ("fixed_inputs", None),  # the memorised output of fixed_inputs itself
+    ],
+)
+def test_a_rejected_problem_lets_the_cheat_pass_the_harness_check(
+    name: str, cheat: type | None
+) -> None:
+    """The findings are meaningful: the cheat each one names passes harness.checking's check
+    on the rejected problem, and fails it on the clean ReLU problem."""
+    problem = fixture(name)
+    solution = cheat or memorised(problem)
+    assert check_cases(problem, solution, CPU, trials=3, seed=7) == 3
+    clean = fixture("good_relu")
+    with pytest.raises(Verdict) as failure:
+        check_cases(clean, cheat or memorised(clean), CPU, trials=3, seed=7)
+    assert failure.value.status == status.INCORRECT
+
+
+def test_a_times_zero_output_lets_a_zero_solution_pass_compare() -> None:
+    problem = fixture("returns_zeros")
+    seed_everything(1)
+    with torch.no_grad():
+        expected = problem.model()(*problem.cases[0].get_inputs())
+    assert compare(expected, torch.zeros_like(expected)) is None
+    relu = fixture("good_relu").model()(torch.randn(16, 32))
+    assert compare(relu, torch.zeros_like(relu)) is not None
+
+
+class ZerosInAStructure(nn.Module):
+    def forward(self, x: torch.Tensor) -> Any:
+        return (x * 0, [x * 0, 0.0])
+
+
+class PartlyZero(nn.Module):
+    def forward(self, x: torch.Tensor) -> Any:
+        return (x * 0, x)
+
+
+class AllTrue(nn.Module):
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x > -1000
+
+
+class Sevens(nn.Module):
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return torch.full_like(x, 7, dtype=torch.int64)
+
+
+class Argmax(nn.Module):
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x.argmax(dim=1)
+
+
+class PythonSum(nn.Module):
+    def forward(self, x: torch.Tensor) -> float:
+        return x.sum().item()
+
+
+class PythonConstant(nn.Module):
+    def forward(self, x: torch.Tensor) -> float:
+        return 2.5
+
+
+class DictOutput(nn.Module):
+    def forward(self, x: torch.Tensor) -> dict[str, torch.Tensor]:
+        return {"y": x * 0}
+
+
+@pytest.mark.parametrize(
+    ("model", "check", "phrase"),
+    [
+        (ZerosInAStructure, "zero_passes", "max |value| 0,"),
+        (PartlyZero, None, None),
+        (AllTrue, "constant", "the output is the constant True "),
+        (Sevens, "constant", "the output is the constant 7 on seeds 1, 2, 3 (within exact"),
+        (Argmax, None, None),
+        (PythonSum, None, None),  # one number, but it changes with the seed
+        (PythonConstant, "constant", "the output is the constant 2.5 "),
+        (DictOutput, None, None),  # not a tensor, number or sequence: skipped
+    ],
+)
+def test_outputs_of_every_kind(model: type, check: str | None, phrase: str | None) -> None:
+    findings = audit_problem(replace(fixture("good_relu"), model=model), CPU)
+    assert checks(findings) == ([(REJECT, check)] if check else []) + [ONE_SHAPE]
+    if phrase is not None:
+        assert phrase in findings[0].message
+
+
+def raise_value_error() -> list[Any]:
+    raise ValueError("no inputs today\nsecond line of the message")
+
+
+class BrokenForward(nn.Module):
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x @ x  # 16x32 @ 16x32: the shapes do not multiply
+
+
+@pytest.mark.parametrize(
+    ("case", "model", "message"),
+    [
+        (
+            Case("bad inputs", lambda: [], raise_value_error),
+            None,
+            "get_inputs() raised ValueError: no inputs today",
+        ),
+        (
+            Case("bad init", raise_value_error, lambda: [torch.randn(3)]),
+            None,
+            "get_init_inputs() raised ValueError: no inputs today",
+        ),
+        (
+            Case("too many args", lambda: [1, 2], lambda: [torch.randn(3)]),
+            None,
+            "Model(*init_inputs) raised TypeError: ",
+        ),
+        (None, BrokenForward, "the reference Model raised RuntimeError: "),
+    ],
+)
+def test_an_error_is_a_one_line_reject_naming_the_step_and_the_case(
+    case: Case | None, model: type | None, message: str
+) -> None:
+    problem = fixture("good_relu")
+    problem = replace(problem, cases=(*problem.cases, *([case] if case else [])))
+    problem = replace(problem, model=model or problem.model)
+    findings = audit_problem(problem, CPU)
+    errors = [finding for finding in findings if finding.check == "error"]
+    assert len(errors) == 1 and errors[0].level == REJECT
+    assert errors[0].case == (case.name if case else "default")
+    assert errors[0].message.startswith(message) and "\n" not in errors[0].message
+    assert "second line" not in errors[0].message and rejected(findings)
+
+
+def test_invalid_cases_are_not_run_and_give_no_other_shape() -> None:
+    problem = fixture("good_relu")
+    refused = Case("out of range", lambda: [], raise_value_error, invalid=True)
+    smaller = Case("7x3", lambda: [], lambda: [torch.randn(7, 3)], invalid=True)
+    assert checks(audit_problem(replace(problem, cases=(*problem.cases, refused)), CPU)) == [
+        ONE_SHAPE
+    ]
+    assert checks(audit_problem(replace(problem, cases=(*problem.cases, smaller)), CPU)) == [
+        ONE_SHAPE
+    ]
+    valid = replace(smaller, invalid=False)
+    assert audit_problem(replace(problem, cases=(*problem.cases, valid)), CPU) == []
+
+
+def test_a_case_with_only_other_init_inputs_is_still_one_shape() -> None:
+    problem = fixture("tiny_output")
+    rescaled = Case("scale 2", lambda: [2.0], problem.cases[0].get_inputs)
+    findings = audit_problem(replace(problem, cases=(*problem.cases, rescaled)), CPU)
+    assert checks(findings) == [(REJECT, "zero_passes"), ONE_SHAPE]
+
+
+def test_the_audit_needs_two_different_seeds() -> None:
+    with pytest.raises(ValueError, match="two different seeds"):
+        audit_problem(fixture("good_relu"), CPU, seeds=(4, 4))
+
+
+def test_render_findings() -> None:
+    assert render_findings("good_with_cases", []) == "good_with_cases: ok"
+    findings = [
+        Finding(WARN, "one_shape", None, "one shape only"),
+        Finding(REJECT, "zero_passes", "default", "zeros pass"),
+    ]
+    assert render_findings("p", findings).splitlines() == [
+        "p: reject zero_passes (case 'default'): zeros pass",
+        "p: warn one_shape: one shape only",
+    ]
+    assert rejected(findings) and not rejected(findings[:1])
+
+
+@pytest.mark.parametrize("name", list_problems(REPO / "problems"))
+def test_the_shipped_problems_pass(name: str) -> None:
+    """Every problem under problems/, so a problem added there must pass its audit in CI."""
+    problem = load_problem(name, REPO / "problems" / name / "reference.py")
+    findings = audit_problem(problem, CPU)
+    assert not rejected(findings), render_findings(name, findings)
