@@ -129,6 +129,8 @@ def watched_call(model: Any, inputs: list[Any], device: torch.device, label: str
     snapshot = [t.detach().clone() for t in tensors_in(output)]
     wait_for_all(device, threads)
     for index, (before, after) in enumerate(zip(snapshot, tensors_in(output), strict=True)):
+        if after.device.type == "meta":
+            continue  # no data to change (and the comparison will say it is on the wrong device)
         if compare(before, after, 0.0, 0.0):
             raise reject(
                 "late_work",

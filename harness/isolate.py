@@ -15,6 +15,7 @@ import signal
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from multiprocessing import resource_tracker
 from pathlib import Path
 from typing import Any
 
@@ -41,7 +42,9 @@ def run_isolated(job: worker.Job, limits: Limits, on_event: Callable[[Event], No
     # Ctrl-C goes to the whole process group. A worker still importing torch (seconds) would
     # die of it with a traceback on the terminal, so it starts with SIGINT blocked (the mask
     # survives exec; multiprocessing's resource tracker starts the same way). Here a Ctrl-C
-    # pressed meanwhile stays pending, and is raised once the worker is watched.
+    # pressed meanwhile stays pending, and is raised once the worker is watched. The tracker
+    # is started first: starting it unblocks SIGINT.
+    resource_tracker.ensure_running()
     mask = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
     try:
         process.start()

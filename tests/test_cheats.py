@@ -51,21 +51,28 @@ def test_every_fixture_has_an_expected_verdict() -> None:
     assert names == {*EXPECTED, "replay_by_pointer", FLAGGED, *GPU_ONLY}
 
 
+def run_cheats(cli: CliRun, names: list[str], *flags: str) -> CliRun:
+    """Every named cheat through run.py on the toy problem, in one run."""
+    args = [a for name in names for a in ("--solution", str(CHEATS / f"{name}.py"))]
+    cli("--problem", str(TOY), *args, "--max-samples", "20", "--trials", "2", *flags)
+    return cli
+
+
+def assert_verdict(record: dict, wanted: tuple[str, str | None, str]) -> None:
+    wanted_status, reason, phrase = wanted
+    assert (record["status"], record.get("reason")) == (wanted_status, reason), record["detail"]
+    assert phrase in record["detail"]
+    assert record["benchmarks"] == []  # no timings for a failed solution
+
+
 @pytest.fixture(scope="module")
 def cheats_run(module_cli: CliRun) -> CliRun:
-    names = [*EXPECTED, "replay_by_pointer", FLAGGED]
-    args = [a for name in names for a in ("--solution", str(CHEATS / f"{name}.py"))]
-    module_cli("--problem", str(TOY), *args, "--device", "cpu", "--max-samples", "20")
-    return module_cli
+    return run_cheats(module_cli, [*EXPECTED, "replay_by_pointer", FLAGGED], "--device", "cpu")
 
 
 @pytest.mark.parametrize("name", list(EXPECTED))
 def test_each_cheat_gets_its_verdict(cheats_run: CliRun, name: str) -> None:
-    wanted_status, reason, phrase = EXPECTED[name]
-    record = cheats_run.record(name)
-    assert (record["status"], record.get("reason")) == (wanted_status, reason), record["detail"]
-    assert phrase in record["detail"]
-    assert record["benchmarks"] == []  # no timings for a failed solution
+    assert_verdict(cheats_run.record(name), EXPECTED[name])
 
 
 def test_replaying_by_address_is_caught(cheats_run: CliRun) -> None:

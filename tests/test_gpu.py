@@ -6,7 +6,7 @@ import pytest
 
 import run
 from tests.conftest import FIXTURES, REPO, TOY, CliRun, toy_solution
-from tests.test_cheats import CHEATS, EXPECTED, POINTER_VERDICTS
+from tests.test_cheats import EXPECTED, POINTER_VERDICTS, assert_verdict, run_cheats
 
 pytestmark = pytest.mark.gpu
 
@@ -78,19 +78,14 @@ GPU_EXPECTED = {
 @pytest.fixture(scope="module")
 def gpu_cheats(tmp_path_factory: pytest.TempPathFactory) -> CliRun:
     cli = CliRun(tmp_path_factory.mktemp("cheats"), REPO / ".cache" / "builds")
-    names = [*GPU_EXPECTED, "replay_by_pointer"]
-    args = [a for name in names for a in ("--solution", str(CHEATS / f"{name}.py"))]
-    cli("--problem", str(TOY), *args, "--max-samples", "20", "--trials", "2")
-    return cli
+    return run_cheats(cli, [*GPU_EXPECTED, "replay_by_pointer"])
 
 
 @pytest.mark.parametrize("name", list(GPU_EXPECTED))
 def test_each_cheat_gets_its_verdict_on_the_gpu(gpu_cheats: CliRun, name: str) -> None:
-    wanted_status, reason, phrase = GPU_EXPECTED[name]
     record = gpu_cheats.record(name)
     assert record["settings"]["device"] == "cuda:0"
-    assert (record["status"], record.get("reason")) == (wanted_status, reason), record["detail"]
-    assert phrase in record["detail"]
+    assert_verdict(record, GPU_EXPECTED[name])
 
 
 def test_replaying_by_address_is_caught_on_the_gpu(gpu_cheats: CliRun) -> None:
