@@ -8,6 +8,12 @@ Modules, one concern each:
     builds     watch the extension builds a solution makes (inside the worker)
     compare    decide whether two outputs agree, and say where they do not
     checking   build Model and ModelNew alike and check every case
+    anticheat  the rules each inspected call must keep (inputs, aliasing, late work, poison)
+    feeding    fresh inputs for every timed call, and spot checks of timed outputs
+    integrity  notice a solution replacing the clocks, timers or the harness's functions
+    profiling  the profiler's check that a solution runs kernels of its own
+    scan       a static scan of a solution's source, as warnings
+    audit      reject problems a zero, constant or memorised answer would pass
     timing     the stopping rule: sample calls side by side; CUDA-event and wall-clock timers
     stats      intervals for medians and speedups, relative standard error, geometric mean
     benchmarking  time each benchmark shape (solution vs eager, or the torch.compile baseline)
@@ -26,5 +32,5 @@ Modules, one concern each:
     charts     draw a problem's speedups as an SVG (when matplotlib is installed)
     progress   tell the user what a long step is doing
     session    run the solutions of a problem and record them (what run.py calls)
-    errors     the one-line errors that reach the user
+    errors     the one-line errors that reach the user, and the worker's verdicts
 """
