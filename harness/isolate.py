@@ -10,8 +10,11 @@ get `build_s`; the check and time steps get `run_s` each.
 
 from __future__ import annotations
 
+import ctypes
 import multiprocessing
+import os
 import signal
+import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -69,7 +72,25 @@ def _worker_main(job: worker.Job, conn: Any) -> None:
     mask (ninja stops a build on Ctrl-C)."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
+    _die_with_parent()
     worker.main(job, conn)
+
+
+PR_SET_PDEATHSIG = 1  # from <sys/prctl.h>
+
+
+def _die_with_parent() -> None:
+    """On Linux, have the kernel kill this worker when the harness dies, even of SIGKILL,
+    so no hanging solution outlives it holding a GPU. Elsewhere, nothing."""
+    parent = multiprocessing.parent_process()
+    if not sys.platform.startswith("linux") or parent is None:
+        return
+    try:
+        ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
+    except (OSError, AttributeError):
+        return
+    if os.getppid() != parent.pid:  # the harness died before the request took effect
+        os._exit(1)
 
 
 def _watch(

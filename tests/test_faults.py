@@ -393,6 +393,29 @@ def test_ctrl_c_keeps_what_was_recorded_and_leaves_no_worker(
     wait_for("every process of the run to end", lambda: not session_members(process.pid), 30)
 
 
+def test_a_killed_run_takes_its_hanging_worker_with_it(tmp_path: Path, launch: Launcher) -> None:
+    quick = ["--device", "cpu", "--timeout", "120"]
+    process = launch(
+        "killed", "--problem", str(TOY), "--solution", fault("hangs_and_says_so"), *quick
+    )
+
+    def hanging() -> bool:  # inside forward, where it no longer talks to run.py
+        return any("hanging in forward" in p.read_text() for p in tmp_path.glob("logs/*/*.log"))
+
+    wait_for("the worker to hang", hanging)
+    workers = {
+        pid for pid, command in session_members(process.pid).items() if "spawn_main" in command
+    }
+    assert len(workers) == 1, session_members(process.pid)
+    process.kill()  # SIGKILL: run.py gets no chance to stop its worker itself
+    process.wait()
+
+    def gone() -> bool:
+        return not workers & set(session_members(process.pid))
+
+    wait_for("the worker to die with run.py", gone, 10)
+
+
 def test_a_ctrl_c_that_reaches_a_starting_worker_does_not_kill_it(
     tmp_path: Path, launch: Launcher
 ) -> None:
