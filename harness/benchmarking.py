@@ -34,8 +34,8 @@ from harness.checking import (
     build_models,
     check_once,
     describe_error,
-    first_set,
     guard,
+    tolerance,
 )
 from harness.compare import compare
 from harness.inputs import make_inputs, mixed_seed, replicate_all
@@ -134,9 +134,7 @@ def _spot_checker(
     seed: int,
     label: str,
 ) -> feeding.SpotChecker:
-    atol = first_set(settings.override[0], bench.atol, problem.atol)
-    rtol = first_set(settings.override[1], bench.rtol, problem.rtol)
-    check = feeding.output_check(reference, device, atol, rtol)
+    check = feeding.output_check(reference, device, *tolerance(problem, bench, settings.override))
     return feeding.SpotChecker(check, random.Random(seed ^ 0x5EED), device, label)
 
 
@@ -251,7 +249,7 @@ def _calls(
     """The zero-argument calls to time, how many model calls each makes, and a note."""
     if graph and device.type == "cuda":
         try:
-            sets = _input_sets(bench, seed, inputs, device)
+            sets = _graph_sets(bench, seed, inputs, device)
             replays = {name: _graphed(model, sets, device) for name, model in models.items()}
             return replays, len(sets), None
         except Exception as err:  # not capturable: time it call by call, and say so
@@ -273,10 +271,7 @@ def _fed(
     solution's calls spot-checked by `checker`."""
     each = max(roofline.tensor_bytes(inputs), 1)
     count = min(FEED_SETS[1], max(FEED_SETS[0], FEED_BYTES // each))
-    sets = [inputs] + [
-        guard(status.PROBLEM_ERROR, "get_inputs", make_inputs, bench, seed + k, device)
-        for k in range(1, count)
-    ]
+    sets = _input_sets(bench, seed, inputs, device, count)
     return {
         name: feeding.Feed(
             model,
@@ -288,12 +283,22 @@ def _fed(
     }
 
 
-def _input_sets(bench: Case, seed: int, inputs: list[Any], device: torch.device) -> list[list[Any]]:
+def _graph_sets(bench: Case, seed: int, inputs: list[Any], device: torch.device) -> list[list[Any]]:
     """Enough input sets that together they exceed twice the L2 (at least 2, at most 256)."""
     l2 = torch.cuda.get_device_properties(device).L2_cache_size
     each = max(roofline.tensor_bytes(inputs), 1)
     count = min(MAX_GRAPH_SETS, max(2, math.ceil(2 * l2 / each)))
-    return [inputs] + [make_inputs(bench, seed + k, device) for k in range(1, count)]
+    return _input_sets(bench, seed, inputs, device, count)
+
+
+def _input_sets(
+    bench: Case, seed: int, inputs: list[Any], device: torch.device, count: int
+) -> list[list[Any]]:
+    """`inputs` and `count - 1` more sets, drawn from the seeds after `seed`."""
+    return [inputs] + [
+        guard(status.PROBLEM_ERROR, "get_inputs", make_inputs, bench, seed + k, device)
+        for k in range(1, count)
+    ]
 
 
 def _graphed(model: Any, sets: list[list[Any]], device: torch.device) -> Callable[[], object]:

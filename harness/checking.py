@@ -110,8 +110,7 @@ def check_once(
         second = solution_call(solution, inputs, device, label, sizes)
     for made in (first, second):
         anticheat.check_call(made, inputs, given, label)
-    atol = first_set(override[0], case.atol, problem.atol)
-    rtol = first_set(override[1], case.rtol, problem.rtol)
+    atol, rtol = tolerance(problem, case, override)
     report = compare(expected, first.output, atol, rtol)
     if report:
         return report + anticheat.poison_note(first.output)
@@ -182,7 +181,16 @@ def call(model: Any, inputs: list[Any], device: torch.device) -> Any:
     return output
 
 
-def first_set(*values: float | None) -> float | None:
+def tolerance(problem: Problem, case: Case, override: Tolerance) -> Tolerance:
+    """(atol, rtol) for `case`: the command line's, else the case's, else the problem's, else
+    None (harness.compare then takes the dtype's default)."""
+    return (
+        _first_set(override[0], case.atol, problem.atol),
+        _first_set(override[1], case.rtol, problem.rtol),
+    )
+
+
+def _first_set(*values: float | None) -> float | None:
     return next((v for v in values if v is not None), None)
 
 
