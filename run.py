@@ -18,17 +18,18 @@ import os
 import sys
 from pathlib import Path
 
-from harness import diff, loading, records, rendering, status, summary
-from harness import timing as timing_module
-from harness.discovery import (
+from harness import files, loading, status
+from harness.errors import UserError
+from harness.measure import timing as timing_module
+from harness.measure.timing import StopRule
+from harness.results import comparison, rendering, summary
+from harness.run.discovery import (
     ProblemSource,
     list_problems,
     missing_model_new,
     resolve_problem,
 )
-from harness.errors import UserError
-from harness.session import REPO, Options, Session, passed
-from harness.timing import StopRule
+from harness.run.session import REPO, Options, Session, passed
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_INPUT, EXIT_INTERRUPTED = 0, 1, 2, 3, 130
 PROBLEMS_DIR = REPO / "problems"
@@ -327,7 +328,7 @@ def main(argv: list[str] | None = None) -> int:
             return render_everything(args.results_dir)
         if args.compare:
             old, new = args.compare
-            print(diff.render_comparison(old, new, threshold=args.threshold))
+            print(comparison.render_comparison(old, new, threshold=args.threshold))
             return EXIT_OK
         if args.audit:
             return audit_problems(args)
@@ -366,8 +367,8 @@ def audit_problems(args: argparse.Namespace) -> int:
     """Audit the chosen problems' references; exit 1 when any is rejected."""
     import torch
 
-    from harness import audit
     from harness.loading import load_problem
+    from harness.run import audit
 
     names = list_problems(PROBLEMS_DIR) if args.all else [args.problem]
     device = torch.device(pick_device(args.device))
@@ -389,9 +390,9 @@ def audit_problems(args: argparse.Namespace) -> int:
 
 def render_everything(results_dir: Path) -> int:
     """Re-render every table, chart and summary from the run logs under `results_dir`."""
-    folders = sorted(p.parent for p in results_dir.glob(f"*/{records.LOG_NAME}"))
+    folders = sorted(p.parent for p in results_dir.glob(f"*/{files.LOG_NAME}"))
     if not folders:
-        raise UserError(f"no recorded runs under {results_dir} (no */{records.LOG_NAME})")
+        raise UserError(f"no recorded runs under {results_dir} (no */{files.LOG_NAME})")
     for folder in folders:
         written = rendering.render_folder(folder)
         print(f"rendered {folder}: {', '.join(p.name for p in written)}")
@@ -412,7 +413,7 @@ def run_all(session: Session, work: list[tuple[ProblemSource, list[Path]]]) -> i
         print(f"written: {table} and {table.with_suffix('.csv').name}\n")
         if not all(passed(r) for r in done) and code == EXIT_OK:
             code = EXIT_FAILED
-    if session.folder.joinpath(records.LOG_NAME).exists():
+    if session.folder.joinpath(files.LOG_NAME).exists():
         written = summary.write_summary(session.folder)
         if len(work) > 1:  # --all ends with the summary across problems
             print(written.read_text(encoding="utf-8"))

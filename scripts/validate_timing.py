@@ -29,8 +29,11 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from harness import machine, records, report, roofline, summary
-from harness.timing import CudaTimer, StopRule, sample
+from harness import files
+from harness.measure import roofline
+from harness.measure.timing import CudaTimer, StopRule, sample
+from harness.results import report, summary
+from harness.run import machine
 
 ROOT = Path(__file__).resolve().parent.parent
 MIB = 1 << 20
@@ -111,7 +114,7 @@ def compare_runs(first: Path, second: Path) -> list[dict[str, Any]]:
 
     def medians(folder: Path) -> dict[tuple[str, str, str], float]:
         found = {}
-        for record in summary.latest_records(records.read(folder)):
+        for record in summary.latest_records(files.read(folder)):
             for bench in record.get("benchmarks") or []:
                 key = (record["problem"], record["solution"], report.bench_label(bench))
                 found[key] = bench["solution"]["median_us"]

@@ -13,8 +13,10 @@ import pytest
 import torch
 
 import run
-from harness import anticheat, benchmarking, feeding, integrity, profiling, scan, status
+from harness import status
 from harness.errors import Verdict
+from harness.measure import anticheat, benchmarking, feeding, integrity, profiling
+from harness.run import scan
 from tests.conftest import FIXTURES
 
 CPU = torch.device("cpu")
@@ -174,7 +176,6 @@ def test_a_replaced_timer_or_comparison_is_named(
 
 
 def test_a_replaced_harness_function_is_named(monkeypatch: pytest.MonkeyPatch) -> None:
-    from harness import compare
 
     snapshot = integrity.Snapshot()
     monkeypatch.setattr(compare, "compare", lambda *a, **k: None)

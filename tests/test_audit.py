@@ -11,12 +11,12 @@ import torch
 import torch.nn as nn
 
 from harness import status
-from harness.audit import REJECT, WARN, Finding, audit_problem, rejected, render_findings
-from harness.checking import Verdict, check_cases
-from harness.compare import compare
-from harness.discovery import list_problems
 from harness.inputs import seed_everything
 from harness.loading import Case, Problem, load_problem
+from harness.matching import compare
+from harness.measure.checking import Verdict, check_cases
+from harness.run.audit import REJECT, WARN, Finding, audit_problem, rejected, render_findings
+from harness.run.discovery import list_problems
 from tests.conftest import FIXTURES, REPO
 
 AUDIT = FIXTURES / "audit"

@@ -5,17 +5,18 @@ from pathlib import Path
 
 import pytest
 
-from harness import charts, records
+from harness import files
+from harness.results import charts
 from tests.records_factory import bench, record
 
 pytest.importorskip("matplotlib")
 
 
 def fill(folder: Path) -> None:
-    records.append(folder, record("p", "quick_cuda", [bench(10, 30), bench(50, 100, "big")]))
-    records.append(folder, record("p", "old_format", [bench(10, 15, new_format=False)]))
+    files.append(folder, record("p", "quick_cuda", [bench(10, 30), bench(50, 100, "big")]))
+    files.append(folder, record("p", "old_format", [bench(10, 15, new_format=False)]))
     # A failed solution's timings (say, from before a later check failed) are never drawn.
-    records.append(folder, record("p", "wrong_cuda", [bench(1, 30)], status="incorrect"))
+    files.append(folder, record("p", "wrong_cuda", [bench(1, 30)], status="incorrect"))
 
 
 def test_chart_is_an_svg_of_the_ok_solutions(tmp_path: Path) -> None:
@@ -46,7 +47,7 @@ def test_chart_is_deterministic(tmp_path: Path) -> None:
 
 
 def test_no_chart_without_ok_rows(tmp_path: Path) -> None:
-    records.append(tmp_path, record("p", "wrong_cuda", status="incorrect"))
+    files.append(tmp_path, record("p", "wrong_cuda", status="incorrect"))
     assert charts.write_chart(tmp_path, "p") is None
     assert charts.write_chart(tmp_path, "no_such_problem") is None
     assert not list(tmp_path.glob("*.svg"))

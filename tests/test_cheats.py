@@ -10,9 +10,9 @@ import pytest
 import torch
 
 from harness import status
-from harness.checking import check_cases
 from harness.errors import Verdict
 from harness.loading import import_file, load_problem
+from harness.measure.checking import check_cases
 from tests.conftest import FIXTURES, REPO, TOY, CliRun
 
 CHEATS = FIXTURES / "cheats"
@@ -122,7 +122,7 @@ def test_calling_torch_multilabel_margin_loss_is_flagged_on_cpu(module_cli: CliR
 
 
 def test_the_shipped_solutions_raise_no_source_warnings() -> None:
-    from harness.scan import scan
+    from harness.run.scan import scan
 
     for path in sorted((REPO / "solutions").rglob("*.py")):
         assert scan(path) == [], path

@@ -8,9 +8,10 @@ from typing import Any
 import pytest
 import torch
 
-from harness import checking, status
-from harness.checking import Verdict, check_cases, check_refused
+from harness import status
 from harness.loading import load_problem
+from harness.measure import checking
+from harness.measure.checking import Verdict, check_cases, check_refused
 
 CPU = torch.device("cpu")
 INPUTS = [torch.tensor([1.0, -2.0, 3.0])]

@@ -7,7 +7,7 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from harness.compare import compare
+from harness.matching import compare
 
 
 def test_equal_outputs_match() -> None:

@@ -4,8 +4,9 @@ from pathlib import Path
 
 import pytest
 
-from harness import diff, records
+from harness import files
 from harness.errors import UserError
+from harness.results import comparison
 from harness.stats import Interval
 from tests.records_factory import bench, record
 
@@ -36,20 +37,24 @@ def folder(tmp_path: Path) -> Path:
         new("broke", status="incorrect"),
         new("added", bench(50.0, 200.0, seed=15)),
     ):
-        records.append(tmp_path, each)
+        files.append(tmp_path, each)
     return tmp_path
 
 
 def test_verdict_comes_from_the_whole_interval() -> None:
-    assert diff.verdict(Interval(1.05, 1.03, 1.07)) == "faster"
-    assert diff.verdict(Interval(1.05, 1.01, 1.09)) == "unchanged"  # point above, interval not
-    assert diff.verdict(Interval(0.95, 0.93, 0.97)) == "slower"
-    assert diff.verdict(Interval(0.95, 0.93, 0.99)) == "unchanged"
-    assert diff.verdict(Interval(1.05, 1.03, 1.07), threshold=0.05) == "unchanged"
+    assert comparison.verdict(Interval(1.05, 1.03, 1.07)) == "faster"
+    assert (
+        comparison.verdict(Interval(1.05, 1.01, 1.09)) == "unchanged"
+    )  # point above, interval not
+    assert comparison.verdict(Interval(0.95, 0.93, 0.97)) == "slower"
+    assert comparison.verdict(Interval(0.95, 0.93, 0.99)) == "unchanged"
+    assert comparison.verdict(Interval(1.05, 1.03, 1.07), threshold=0.05) == "unchanged"
 
 
 def test_verdicts_on_crafted_samples(folder: Path) -> None:
-    result = diff.compare(diff.select(f"{folder}@{OLD_RUN}"), diff.select(f"{folder}@{NEW_RUN}"))
+    result = comparison.compare(
+        comparison.select(f"{folder}@{OLD_RUN}"), comparison.select(f"{folder}@{NEW_RUN}")
+    )
     verdicts = {row["solution"]: row["verdict"] for row in result["shapes"]}
     assert verdicts == {"sped_up": "faster", "slowed": "slower", "steady": "unchanged"}
     sped_up = next(row for row in result["shapes"] if row["solution"] == "sped_up")
@@ -58,7 +63,9 @@ def test_verdicts_on_crafted_samples(folder: Path) -> None:
 
 
 def test_status_changes_and_one_sided_solutions_are_listed(folder: Path) -> None:
-    result = diff.compare(diff.select(f"{folder}@{OLD_COMMIT}"), diff.select(f"{folder}@{NEW_RUN}"))
+    result = comparison.compare(
+        comparison.select(f"{folder}@{OLD_COMMIT}"), comparison.select(f"{folder}@{NEW_RUN}")
+    )
     assert [(r["solution"], r["old"], r["new"]) for r in result["status"]] == [
         ("broke", "ok", "incorrect")
     ]
@@ -67,27 +74,27 @@ def test_status_changes_and_one_sided_solutions_are_listed(folder: Path) -> None
 
 
 def test_a_spec_selects_by_run_id_or_commit_prefix(folder: Path) -> None:
-    by_run = diff.select(f"{folder}@{OLD_RUN[:12]}")
-    by_commit = diff.select(f"{folder}@{OLD_COMMIT[:4]}")
+    by_run = comparison.select(f"{folder}@{OLD_RUN[:12]}")
+    by_commit = comparison.select(f"{folder}@{OLD_COMMIT[:4]}")
     assert by_run.latest == by_commit.latest
     assert by_run.run_ids() == [OLD_RUN] and by_run.commits() == [OLD_COMMIT]
     assert len(by_run.latest) == 5
-    latest = diff.select(str(folder))
+    latest = comparison.select(str(folder))
     assert {r["solution"]: r["run_id"] for r in latest.latest}["dropped"] == OLD_RUN
     assert latest.run_ids() == [OLD_RUN, NEW_RUN]
 
 
 def test_unknown_specs_are_user_errors_that_say_what_exists(folder: Path, tmp_path: Path) -> None:
     with pytest.raises(UserError, match=f"run ids {NEW_RUN}, {OLD_RUN}; commits {NEW_COMMIT}"):
-        diff.select(f"{folder}@deadbeef")
+        comparison.select(f"{folder}@deadbeef")
     with pytest.raises(UserError, match="no recorded runs"):
-        diff.select(str(tmp_path / "nowhere"))
+        comparison.select(str(tmp_path / "nowhere"))
     with pytest.raises(UserError, match="nothing after '@'"):
-        diff.select(f"{folder}@")
+        comparison.select(f"{folder}@")
 
 
 def test_rendered_comparison_names_both_sides(folder: Path) -> None:
-    text = diff.render_comparison(f"{folder}@{OLD_COMMIT}", f"{folder}@{NEW_COMMIT}")
+    text = comparison.render_comparison(f"{folder}@{OLD_COMMIT}", f"{folder}@{NEW_COMMIT}")
     assert text.startswith(f"# Comparison: {folder}@{OLD_COMMIT} -> {folder}@{NEW_COMMIT}")
     assert f"| old    | {folder}@{OLD_COMMIT}" in text and "NVIDIA H200" in text
     assert "1 faster, 1 slower, 1 unchanged." in text
@@ -95,7 +102,7 @@ def test_rendered_comparison_names_both_sides(folder: Path) -> None:
 
 
 def test_a_run_compared_with_itself_is_unchanged(folder: Path) -> None:
-    result = diff.compare(diff.select(str(folder)), diff.select(str(folder)))
+    result = comparison.compare(comparison.select(str(folder)), comparison.select(str(folder)))
     assert {row["verdict"] for row in result["shapes"]} == {"unchanged"}
     assert all(row["ratio"].value == 1.0 for row in result["shapes"])
     assert not result["status"] and not result["only_old"] and not result["only_new"]

@@ -4,7 +4,7 @@ from pathlib import Path
 
 import torch
 
-from harness.machine import describe, slug
+from harness.run.machine import describe, slug
 from tests.conftest import REPO
 
 

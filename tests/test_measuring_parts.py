@@ -11,8 +11,10 @@ from pathlib import Path
 import pytest
 import torch
 
-from harness import baselines, gpustate, records, report, roofline
+from harness import files
 from harness.loading import load_problem
+from harness.measure import gpustate, roofline
+from harness.results import baselines, report
 from tests import records_factory as make
 from tests.conftest import REPO
 
@@ -102,7 +104,7 @@ def test_baselines_are_looked_up_by_gpu_torch_mode_and_flush(tmp_path: Path) -> 
     assert len(baselines.cached(tmp_path, wanted)) == 1
     assert baselines.cached(tmp_path, {**wanted, "torch": "2.12.0"}) == []
     assert baselines.cached(tmp_path, {**wanted, "flush": "write"}) == []
-    assert records.read(tmp_path) == []  # a log of its own, not runs.jsonl
+    assert files.read(tmp_path) == []  # a log of its own, not runs.jsonl
 
 
 class FakeNvml:

@@ -9,7 +9,8 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from harness import records, report
+from harness import files
+from harness.results import report
 
 
 def timed(median: float, ref: float, name: str = "default") -> dict:
@@ -54,19 +55,19 @@ def record(
 
 
 def test_append_then_read_keeps_order_and_skips_a_torn_line(tmp_path: Path, capsys) -> None:
-    records.append(tmp_path, {"n": 1})
-    with open(tmp_path / records.LOG_NAME, "a") as log:
+    files.append(tmp_path, {"n": 1})
+    with open(tmp_path / files.LOG_NAME, "a") as log:
         log.write('{"n": 2, "torn')  # a writer killed mid-line
         log.write("\n")
-    records.append(tmp_path, {"n": 3})
-    assert [r["n"] for r in records.read(tmp_path)] == [1, 3]
+    files.append(tmp_path, {"n": 3})
+    assert [r["n"] for r in files.read(tmp_path)] == [1, 3]
     assert "skipped 1 unreadable line" in capsys.readouterr().err
 
 
 def test_write_atomic_replaces_whole_or_not_at_all(tmp_path: Path, monkeypatch) -> None:
     path = tmp_path / "table.md"
-    records.write_atomic(path, "old")
-    records.write_atomic(path, "new")
+    files.write_atomic(path, "old")
+    files.write_atomic(path, "new")
     assert path.read_text() == "new"
 
     def failing_replace(src, dst):
@@ -74,7 +75,7 @@ def test_write_atomic_replaces_whole_or_not_at_all(tmp_path: Path, monkeypatch) 
 
     monkeypatch.setattr(os, "replace", failing_replace)
     with pytest.raises(OSError):
-        records.write_atomic(path, "newer")
+        files.write_atomic(path, "newer")
     assert path.read_text() == "new"
     assert [p.name for p in tmp_path.iterdir()] == ["table.md"]  # no temporary file left
 
@@ -82,7 +83,7 @@ def test_write_atomic_replaces_whole_or_not_at_all(tmp_path: Path, monkeypatch) 
 def test_written_files_get_the_usual_permissions(tmp_path: Path) -> None:
     mask = os.umask(0o022)
     try:
-        records.write_atomic(tmp_path / "table.md", "text")
+        files.write_atomic(tmp_path / "table.md", "text")
     finally:
         os.umask(mask)
     assert stat.S_IMODE((tmp_path / "table.md").stat().st_mode) == 0o644
@@ -90,7 +91,7 @@ def test_written_files_get_the_usual_permissions(tmp_path: Path) -> None:
 
 def _append_many(folder: str, writer: int) -> None:
     for n in range(40):
-        records.append(Path(folder), {"writer": writer, "n": n, "pad": "x" * 2000})
+        files.append(Path(folder), {"writer": writer, "n": n, "pad": "x" * 2000})
 
 
 def test_concurrent_runs_append_whole_lines(tmp_path: Path) -> None:
@@ -100,7 +101,7 @@ def test_concurrent_runs_append_whole_lines(tmp_path: Path) -> None:
         w.start()
     for w in workers:
         w.join(60)
-    lines = (tmp_path / records.LOG_NAME).read_text().splitlines()
+    lines = (tmp_path / files.LOG_NAME).read_text().splitlines()
     assert len(lines) == 120
     assert all(json.loads(line)["pad"] == "x" * 2000 for line in lines)
 
@@ -133,8 +134,8 @@ def test_same_named_solutions_from_two_folders_are_told_apart() -> None:
 
 
 def test_tables_render_from_the_log_alone(tmp_path: Path) -> None:
-    records.append(tmp_path, record("fast", benchmarks=[timed(10.0, 25.0)]))
-    records.append(tmp_path, record("slow", status="timeout", detail="check step ran past 300 s"))
+    files.append(tmp_path, record("fast", benchmarks=[timed(10.0, 25.0)]))
+    files.append(tmp_path, record("slow", status="timeout", detail="check step ran past 300 s"))
     md_path, csv_path = report.write_tables(tmp_path, "p")
     markdown = md_path.read_text()
     assert markdown.startswith("# p on NVIDIA H200")
@@ -148,7 +149,7 @@ def test_tables_render_from_the_log_alone(tmp_path: Path) -> None:
 
 def test_long_details_are_cut_in_the_markdown_only(tmp_path: Path) -> None:
     detail = "output: " + "x" * 500
-    records.append(tmp_path, record("wrong", status="incorrect", detail=detail))
+    files.append(tmp_path, record("wrong", status="incorrect", detail=detail))
     md_path, csv_path = report.write_tables(tmp_path, "p")
     assert "x" * 200 not in md_path.read_text()
     assert pd.read_csv(csv_path).loc[0, "detail"] == detail

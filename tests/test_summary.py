@@ -5,7 +5,8 @@ from pathlib import Path
 
 import pytest
 
-from harness import records, summary
+from harness import files
+from harness.results import summary
 from tests.records_factory import bench, record
 
 
@@ -81,7 +82,7 @@ def cells(markdown: str) -> list[list[str]]:
 
 def test_summary_renders_and_writes_from_the_log(tmp_path: Path) -> None:
     for each in crafted():
-        records.append(tmp_path, each)
+        files.append(tmp_path, each)
     path = summary.write_summary(tmp_path)
     assert path == tmp_path / summary.SUMMARY_NAME
     text = path.read_text()

@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from harness import stats
-from harness.timing import (
+from harness.measure.timing import (
     CudaTimer,
     Measurement,
     StopRule,

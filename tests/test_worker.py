@@ -6,8 +6,8 @@ from pathlib import Path
 import pytest
 from torch.utils import cpp_extension
 
-from harness import worker
-from harness.timing import StopRule
+from harness.measure import worker
+from harness.measure.timing import StopRule
 from tests.conftest import TOY, toy_solution
 
 

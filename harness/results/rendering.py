@@ -5,7 +5,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from harness import charts, records, report, summary
+from harness import files
+from harness.results import charts, report, summary
 
 
 def render_problem(folder: Path, problem: str) -> Path:
@@ -17,6 +18,6 @@ def render_problem(folder: Path, problem: str) -> Path:
 
 def render_folder(folder: Path) -> list[Path]:
     """Every problem recorded in `folder`, then its summary; returns the files written."""
-    problems = sorted({r["problem"] for r in records.read(folder) if "problem" in r})
+    problems = sorted({r["problem"] for r in files.read(folder) if "problem" in r})
     written = [render_problem(folder, problem) for problem in problems]
     return [*written, summary.write_summary(folder)]

@@ -23,10 +23,10 @@ from typing import Any
 
 import torch
 
-from harness.checking import call, describe_error
-from harness.compare import DEFAULT_TOLERANCE, FALLBACK_TOLERANCE, compare
 from harness.inputs import make_init_inputs, make_inputs, seed_everything
 from harness.loading import Case, Problem
+from harness.matching import DEFAULT_TOLERANCE, FALLBACK_TOLERANCE, compare
+from harness.measure.checking import call, describe_error
 
 REJECT = "reject"  # the problem is not worth solving: the run stops
 WARN = "warn"  # the problem is weaker than it could be: the run goes on

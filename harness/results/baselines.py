@@ -14,7 +14,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from harness import records, stats
+from harness import files, stats
 
 LOG_NAME = "baselines.jsonl"
 
@@ -24,7 +24,7 @@ def cached(folder: Path, wanted: dict[str, Any]) -> list[dict[str, Any]]:
     fields = ("problem", "reference_hash", "mode", "gpu", "torch")
     return [
         entry
-        for entry in records.read(folder, LOG_NAME)
+        for entry in files.read(folder, LOG_NAME)
         if all(str(entry.get(f)) == str(wanted.get(f)) for f in fields)
         and entry.get("flush", "read") == wanted.get("flush", "read")
     ]
@@ -33,7 +33,7 @@ def cached(folder: Path, wanted: dict[str, Any]) -> list[dict[str, Any]]:
 def store(folder: Path, context: dict[str, Any], rows: list[dict[str, Any]]) -> None:
     """Append each benchmark row of a baseline job, with `context` (the key and the run)."""
     for row in rows:
-        records.append(folder, {**context, **row}, LOG_NAME)  # the row's own mode wins
+        files.append(folder, {**context, **row}, LOG_NAME)  # the row's own mode wins
 
 
 def attach(bench: dict[str, Any], entries: list[dict[str, Any]], run_id: str) -> None:

@@ -20,7 +20,7 @@ from typing import Any
 
 import torch
 
-from harness import anticheat
+from harness.measure import anticheat
 
 PYTORCH_KERNELS = ("at::", "c10::")
 SOURCE_SUFFIXES = (".py", ".cu", ".cuh", ".cpp", ".cc", ".h", ".hpp")

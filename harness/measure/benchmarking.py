@@ -28,8 +28,12 @@ from typing import Any
 
 import torch
 
-from harness import anticheat, feeding, gpustate, roofline, stats, status, timing
-from harness.checking import (
+from harness import stats, status
+from harness.inputs import make_inputs, mixed_seed, replicate_all
+from harness.loading import Case, Problem
+from harness.matching import compare
+from harness.measure import anticheat, feeding, gpustate, roofline, timing
+from harness.measure.checking import (
     Verdict,
     build_models,
     check_once,
@@ -37,9 +41,6 @@ from harness.checking import (
     guard,
     tolerance,
 )
-from harness.compare import compare
-from harness.inputs import make_inputs, mixed_seed, replicate_all
-from harness.loading import Case, Problem
 
 BENCHMARK_SEED_OFFSET = 500_000
 LAUNCH_BOUND_FACTOR = 3.0  # a median under this many floors is mostly launch cost

@@ -12,8 +12,9 @@ import io
 from pathlib import Path
 from typing import Any
 
-from harness import records, report
-from harness.summary import CPU_MARK, ran_on_cpu_beside_gpu
+from harness import files
+from harness.results import report
+from harness.results.summary import CPU_MARK, ran_on_cpu_beside_gpu
 
 HASH_SALT = "kernel-bench"  # fixes the ids matplotlib puts in the SVG
 BAR_HEIGHT_IN = 0.32  # figure inches per bar
@@ -91,8 +92,8 @@ def write_chart(folder: Path, problem: str) -> Path | None:
 
     None, writing nothing, when matplotlib is missing or no solution of `problem` is ok.
     """
-    with records.locked(folder):
-        problem_records = report.latest_per_solution(records.read(folder), problem)
+    with files.locked(folder):
+        problem_records = report.latest_per_solution(files.read(folder), problem)
         bars = chart_bars(problem_records)
         if not bars:
             return None
@@ -103,5 +104,5 @@ def write_chart(folder: Path, problem: str) -> Path | None:
         except ImportError:
             return None
         path = folder / f"{problem}.svg"
-        records.write_atomic(path, svg)
+        files.write_atomic(path, svg)
     return path

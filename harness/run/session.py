@@ -9,25 +9,16 @@ from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from harness import (
-    audit,
-    baselines,
-    isolate,
-    machine,
-    records,
-    rendering,
-    report,
-    roofline,
-    scan,
-    status,
-    toolchain,
-)
-from harness.discovery import ProblemSource, missing_model_new
+from harness import files, status, toolchain
 from harness.errors import UserError
 from harness.loading import Problem, load_problem
-from harness.progress import Progress
-from harness.timing import StopRule
-from harness.worker import Job
+from harness.measure import roofline
+from harness.measure.timing import StopRule
+from harness.measure.worker import Job
+from harness.results import baselines, rendering, report
+from harness.run import audit, isolate, machine, scan
+from harness.run.discovery import ProblemSource, missing_model_new
+from harness.run.progress import Progress
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -98,7 +89,7 @@ class Session:
                 record["ceiling"] = ceiling
                 for bench in record.get("benchmarks", []):
                     baselines.attach(bench, compiled, self.run_id)
-                records.append(self.folder, record)
+                files.append(self.folder, record)
                 self.progress.finish(summary(record))
                 done.append(record)
         finally:  # on Ctrl-C too: the tables show every result recorded so far

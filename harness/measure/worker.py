@@ -32,13 +32,14 @@ from typing import Any
 
 import torch  # importing torch does not import its extension builder: that waits for _setup
 
-from harness import integrity, profiling, status, timing
-from harness.benchmarking import Settings, compile_baseline, time_benchmarks
-from harness.builds import BuildWatcher, NoCudaToolchain
-from harness.checking import build_models, check_cases, describe_error, guard
+from harness import status
 from harness.errors import UserError, Verdict
 from harness.inputs import make_inputs, mixed_seed, replicate_all
 from harness.loading import Problem, import_file, load_problem
+from harness.measure import integrity, profiling, timing
+from harness.measure.benchmarking import Settings, compile_baseline, time_benchmarks
+from harness.measure.builds import BuildWatcher, NoCudaToolchain
+from harness.measure.checking import build_models, check_cases, describe_error, guard
 from harness.toolchain import find_cuda_home, use_build_cache
 
 

@@ -18,7 +18,7 @@ from typing import Any
 
 import torch
 
-from harness import records
+from harness import files
 from harness.loading import Problem
 
 CEILING_NAME = "ceiling.json"
@@ -82,5 +82,5 @@ def ceiling(folder: Path, device: torch.device, machine: dict[str, Any]) -> dict
         "driver": machine.get("driver"),
         "measured": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
     }
-    records.write_atomic(path, json.dumps(measured, indent=2, sort_keys=True) + "\n")
+    files.write_atomic(path, json.dumps(measured, indent=2, sort_keys=True) + "\n")
     return {**measured, "cached": False}

@@ -17,8 +17,7 @@ from typing import Any
 
 import torch
 
-from harness import anticheat, status
-from harness.compare import compare
+from harness import status
 from harness.errors import Verdict
 from harness.inputs import (
     make_init_inputs,
@@ -28,6 +27,8 @@ from harness.inputs import (
     seed_everything,
 )
 from harness.loading import Case, Problem
+from harness.matching import compare
+from harness.measure import anticheat
 
 CASE_SEED_STRIDE = 1000  # case k draws its trials from seeds seed + 1000 k + 1, 2, ...
 Tolerance = tuple[float | None, float | None]  # (atol, rtol) given on the command line

@@ -29,8 +29,8 @@ from typing import Any
 import torch
 
 from harness import status
-from harness.compare import compare
 from harness.errors import Verdict
+from harness.matching import compare
 
 POISON_BYTE = 0xFF
 JOIN_S = 2.0  # how long to wait for threads a call left running

@@ -13,7 +13,7 @@ from typing import Any
 import pandas as pd
 from tabulate import tabulate
 
-from harness import records
+from harness import files
 from harness.stats import Interval
 
 NOTES_CHARS = 160  # a markdown cell longer than this is cut; the CSV keeps it whole
@@ -300,7 +300,7 @@ def render_markdown(
         f"# {problem} on {where}\n\n"
         f"Latest result of each solution. {_method(newest)}\n\n"
         f"{markdown_table(rows)}\n\n{picture}"
-        f"Newest run started {machine.get('time')}, {env}. Raw samples: `{records.LOG_NAME}`.\n"
+        f"Newest run started {machine.get('time')}, {env}. Raw samples: `{files.LOG_NAME}`.\n"
     )
 
 
@@ -338,13 +338,13 @@ def _method(newest: dict[str, Any]) -> str:
 def write_tables(folder: Path, problem: str, chart: str | None = None) -> tuple[Path, Path]:
     """Re-render `<problem>.md` and `.csv` in `folder` from its run log; returns both paths.
     `chart`, a file name beside them, is shown under the table."""
-    with records.locked(folder):
-        problem_records = latest_per_solution(records.read(folder), problem)
+    with files.locked(folder):
+        problem_records = latest_per_solution(files.read(folder), problem)
         rows = table_rows(problem_records)
         newest = max(problem_records, key=lambda r: r.get("time", ""), default={})
         markdown = render_markdown(problem, rows, newest, chart)
         frame = pd.DataFrame(rows, columns=CSV_COLUMNS)
         md_path, csv_path = folder / f"{problem}.md", folder / f"{problem}.csv"
-        records.write_atomic(md_path, markdown)
-        records.write_atomic(csv_path, frame.to_csv(index=False, float_format="%.6g"))
+        files.write_atomic(md_path, markdown)
+        files.write_atomic(csv_path, frame.to_csv(index=False, float_format="%.6g"))
     return md_path, csv_path

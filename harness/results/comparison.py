@@ -16,9 +16,10 @@ from typing import Any
 
 from tabulate import tabulate
 
-from harness import records, report, stats
+from harness import files, stats
 from harness.errors import UserError
-from harness.summary import CPU_MARK, latest_records, ran_on_cpu_beside_gpu
+from harness.results import report
+from harness.results.summary import CPU_MARK, latest_records, ran_on_cpu_beside_gpu
 
 THRESHOLD = 0.02  # a change smaller than 2% is "unchanged" even when the interval is tight
 SHOWN_CHOICES = 5  # how many run ids and commits an error message names
@@ -57,9 +58,9 @@ def parse_spec(spec: str) -> tuple[Path, str | None]:
 def select(spec: str) -> Side:
     """The side a spec names; a UserError when its folder has no records or its ref matches none."""
     folder, ref = parse_spec(spec)
-    all_records = records.read(folder)
+    all_records = files.read(folder)
     if not all_records:
-        raise UserError(f"{folder}: no recorded runs there (no {records.LOG_NAME} with records)")
+        raise UserError(f"{folder}: no recorded runs there (no {files.LOG_NAME} with records)")
     picked = [r for r in all_records if ref is None or _matches(r, ref)]
     if not picked:
         raise UserError(

@@ -1,4 +1,4 @@
-"""Decide whether a solution's output equals the reference's, and say where it does not.
+"""Decide whether a solution's output matches the reference's, and say where it does not.
 
 Outputs may be a tensor, a Python number, or a (nested) tuple or list of them. Each tensor must
 match in type, shape, dtype and device; integer and bool tensors must be equal exactly; for
@@ -8,9 +8,12 @@ finite values must satisfy |actual - expected| <= atol + rtol * |expected|.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 import torch
+
+from harness.loading import Case, Problem
 
 # Default tolerances by output dtype, used when neither the problem nor the case gives one.
 DEFAULT_TOLERANCE = {
@@ -23,23 +26,71 @@ FALLBACK_TOLERANCE = (1e-4, 1e-4)
 SHOWN_ELEMENTS = 5  # how many mismatching elements a report names
 
 
-def compare(
-    expected: Any, actual: Any, atol: float | None = None, rtol: float | None = None
-) -> str | None:
+@dataclass(frozen=True)
+class Tolerance:
+    """How far a floating-point output may stray: |actual - expected| <= atol + rtol * |expected|.
+
+    A field left None takes the output dtype's default (DEFAULT_TOLERANCE); integer and bool
+    outputs are always compared exactly.
+    """
+
+    atol: float | None = None
+    rtol: float | None = None
+
+    def for_dtype(self, dtype: torch.dtype) -> tuple[float, float]:
+        """(atol, rtol) as applied to a floating-point tensor of `dtype`."""
+        default_atol, default_rtol = DEFAULT_TOLERANCE.get(dtype, FALLBACK_TOLERANCE)
+        atol = default_atol if self.atol is None else self.atol
+        rtol = default_rtol if self.rtol is None else self.rtol
+        return atol, rtol
+
+    def describe(self, output: Any) -> str:
+        """The tolerance applied to `output`'s first floating-point tensor or number."""
+        for leaf in _leaves(output):
+            x = leaf if isinstance(leaf, torch.Tensor) else torch.tensor(leaf)
+            if x.is_floating_point() or x.is_complex():
+                atol, rtol = self.for_dtype(x.dtype.to_real() if x.is_complex() else x.dtype)
+                return f"atol={atol:g} rtol={rtol:g}"
+        return "exact equality"
+
+
+def tolerance(problem: Problem, case: Case, given: Tolerance) -> Tolerance:
+    """The one precedence rule, for the checks, the spot checks of timed calls and the audit:
+    each of atol and rtol is the command line's (`given`), else the case's, else the problem's,
+    else None (the output dtype's default)."""
+    return Tolerance(
+        _first_set(given.atol, case.atol, problem.atol),
+        _first_set(given.rtol, case.rtol, problem.rtol),
+    )
+
+
+def _first_set(*values: float | None) -> float | None:
+    return next((v for v in values if v is not None), None)
+
+
+def _leaves(output: Any) -> list[Any]:
+    if isinstance(output, (tuple, list)):
+        return [leaf for item in output for leaf in _leaves(item)]
+    return [output]
+
+
+DTYPE_DEFAULT = Tolerance()  # each dtype's own default
+EXACT = Tolerance(0.0, 0.0)
+
+
+def mismatch(expected: Any, actual: Any, tolerance: Tolerance = DTYPE_DEFAULT) -> str | None:
     """None when `actual` matches `expected`, else a one-line report of the first difference."""
-    return _compare(expected, actual, "output", atol, rtol)
+    return _mismatch(expected, actual, "output", tolerance)
 
 
-def _compare(
-    expected: Any, actual: Any, where: str, atol: float | None, rtol: float | None
-) -> str | None:
+def _mismatch(expected: Any, actual: Any, where: str, tolerance: Tolerance) -> str | None:
     if isinstance(expected, (tuple, list)):
         if not isinstance(actual, (tuple, list)):
             return f"{where}: expected a {type(expected).__name__}, got {_kind(actual)}"
         if len(actual) != len(expected):
             return f"{where}: expected {len(expected)} items, got {len(actual)}"
         for index, (e, a) in enumerate(zip(expected, actual, strict=True)):
-            report = _compare(e, a, f"{where}[{index}]", atol, rtol)
+            report = _mismatch(e, a, f"{where}[{index}]", tolerance)
             if report:
                 return report
         return None
@@ -51,19 +102,18 @@ def _compare(
         return None if expected == actual else f"{where}: expected {expected!r}, got {actual!r}"
     if not isinstance(actual, torch.Tensor):
         return f"{where}: expected a Tensor, got {_kind(actual)}"
-    return compare_tensors(expected, actual, where, atol, rtol)
+    return tensor_mismatch(expected, actual, where, tolerance)
 
 
 def _kind(value: Any) -> str:
     return type(value).__name__
 
 
-def compare_tensors(
+def tensor_mismatch(
     expected: torch.Tensor,
     actual: torch.Tensor,
     where: str = "output",
-    atol: float | None = None,
-    rtol: float | None = None,
+    tolerance: Tolerance = DTYPE_DEFAULT,
 ) -> str | None:
     if actual.shape != expected.shape:
         return f"{where}: shape {tuple(actual.shape)}, expected {tuple(expected.shape)}"
@@ -77,9 +127,7 @@ def compare_tensors(
     if not expected.is_floating_point():
         bad = actual != expected
         return _report(where, expected, actual, bad, "exact equality") if bad.any() else None
-    default_atol, default_rtol = DEFAULT_TOLERANCE.get(expected.dtype, FALLBACK_TOLERANCE)
-    atol = default_atol if atol is None else atol
-    rtol = default_rtol if rtol is None else rtol
+    atol, rtol = tolerance.for_dtype(expected.dtype)
     bad = ~torch.isclose(actual, expected, rtol=rtol, atol=atol, equal_nan=True)
     if not bad.any():
         return None

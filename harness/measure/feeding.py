@@ -19,10 +19,11 @@ from typing import Any
 
 import torch
 
-from harness import anticheat, status
-from harness.compare import compare
+from harness import status
 from harness.errors import Verdict
 from harness.inputs import replicate_all
+from harness.matching import compare
+from harness.measure import anticheat
 
 # (output, pristine inputs, label) -> raises on a mismatch
 Check = Callable[[Any, list[Any], str], None]

@@ -17,7 +17,8 @@ from typing import Any
 
 from tabulate import tabulate
 
-from harness import records, report
+from harness import files
+from harness.results import report
 from harness.stats import geomean
 
 SUMMARY_NAME = "summary.md"
@@ -106,7 +107,7 @@ def fast_p(best: dict[str, dict[str, Any] | None], p: float) -> float:
 
 def render_summary(folder: Path) -> str:
     """The summary of `folder`'s run log as markdown: solutions, best per problem, fast_p."""
-    all_records = records.read(folder)
+    all_records = files.read(folder)
     rows = summary_rows(all_records)
     best = best_per_problem(rows)
     parts = [
@@ -127,8 +128,8 @@ def render_summary(folder: Path) -> str:
 def write_summary(folder: Path) -> Path:
     """Re-render `summary.md` in `folder` from its run log; returns its path."""
     path = folder / SUMMARY_NAME
-    with records.locked(folder):
-        records.write_atomic(path, render_summary(folder))
+    with files.locked(folder):
+        files.write_atomic(path, render_summary(folder))
     return path
 
 
@@ -152,7 +153,7 @@ def _header(
         "highest score; fast_p is the share of problems whose best is correct and scores above "
         "p, counting problems where nothing is ok.\n\n"
         f"Newest run {newest.get('time', '?')}, {env or 'environment unknown'}; "
-        f"commit(s) {', '.join(commits) or '?'}. Raw samples: `{records.LOG_NAME}`."
+        f"commit(s) {', '.join(commits) or '?'}. Raw samples: `{files.LOG_NAME}`."
     )
 
 

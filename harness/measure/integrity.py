@@ -19,7 +19,7 @@ from typing import Any
 
 import torch
 
-from harness import anticheat
+from harness.measure import anticheat
 
 # (object holding the attribute, its name for messages, the attributes to watch)
 TIMERS: tuple[tuple[Any, str, tuple[str, ...]], ...] = (

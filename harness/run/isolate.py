@@ -22,7 +22,8 @@ from multiprocessing import resource_tracker
 from pathlib import Path
 from typing import Any
 
-from harness import status, worker
+from harness import status
+from harness.measure import worker
 
 POLL_S = 0.25  # how often the parent looks at the worker
 JOIN_S = 10.0  # how long a finished worker may take to exit

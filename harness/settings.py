@@ -1,0 +1,284 @@
+"""The settings of one run: made once from run.py's flags, carried whole to every worker, and
+recorded whole with every result.
+
+Each option is declared once, below, as a field with its default and its help (`option`); run.py
+builds its flags from these declarations, group by group. Adding an option touches its field and
+the code that uses it, nothing in between.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import os
+import secrets
+from dataclasses import dataclass, field, fields
+from pathlib import Path
+from typing import Any
+
+from harness.matching import Tolerance
+
+REPO = Path(__file__).resolve().parent.parent
+FLUSHES = ("read", "write")
+
+
+def option(default: Any, help: str, **flag: Any) -> Any:
+    """A field that is also a flag: `--name` (underscores as dashes) unless `flag` names it;
+    further argparse keywords (choices, action, metavar, default shown) in `flag`."""
+    return field(default=default, metadata={"help": help, **flag})
+
+
+@dataclass(frozen=True)
+class StopRule:
+    """When to stop sampling: the one place the defaults live.
+
+    1. Warm up: untimed rounds until `warmup_ms` of wall time has passed (at least one round).
+    2. Sample in rounds. A round times each call once, back to back; the order turns by one each
+       round (A B, B A, A B, ...), so neither call always runs first. Rounds come in batches,
+       each batch as large as all the rounds so far (1x, 2x, 4x, ...) and at least `min_samples`.
+    3. After each batch, stop when every call has at least `min_samples` samples and the
+       relative standard error of each call's mean (std / sqrt(n) / mean) is at most
+       `target_rse` ("target"); or when `budget_ms` of sampling time has passed ("budget"); or
+       at `max_samples` rounds ("cap"). The budget never cuts below `min_samples`.
+    """
+
+    warmup_ms: float = option(50.0, "untimed rounds first, for this long")
+    min_samples: int = option(10, "samples per call, at least")
+    max_samples: int = option(2000, "samples per call, at most")
+    target_rse: float = option(
+        0.005, "stop once each call's relative standard error of the mean is below this"
+    )
+    budget_ms: float = option(
+        2000.0, "sampling time per benchmark shape, at most (never below --min-samples)"
+    )
+
+    def __post_init__(self) -> None:
+        if self.warmup_ms < 0 or self.budget_ms <= 0 or self.target_rse <= 0:
+            raise ValueError(f"need warmup_ms >= 0, budget_ms > 0, target_rse > 0: {self}")
+        if not 1 <= self.min_samples <= self.max_samples:
+            raise ValueError(f"need 1 <= min_samples <= max_samples: {self}")
+
+
+@dataclass(frozen=True)
+class Checking:
+    """How a solution is judged: trials, seeds and tolerance."""
+
+    trials: int = option(5, "correctness trials per case, each with a fresh seed and inputs")
+    seed: int = option(42, "base seed of the trials")
+    secret: int = option(
+        0,
+        "the run's secret, mixed into every input seed (default: a fresh random one per run, "
+        "recorded with its results; pass a recorded one to draw the same inputs again, or 0 for "
+        "the public seeds alone)",
+        default=None,
+    )
+    tolerance: Tolerance = Tolerance()
+
+    def __post_init__(self) -> None:
+        if self.trials < 1:
+            raise ValueError("--trials must be at least 1")
+        if self.secret < 0:
+            raise ValueError("--secret must be 0 or a positive integer")
+
+
+TOLERANCE_FLAGS = {  # Tolerance lives in harness.matching, which knows nothing of flags
+    "atol": "absolute tolerance, overriding the case's and the problem's",
+    "rtol": "relative tolerance, overriding the case's and the problem's",
+}
+
+
+@dataclass(frozen=True)
+class Timing:
+    """How calls are timed: the stopping rule, the timer's mode and the baselines."""
+
+    rule: StopRule = StopRule()
+    graph: bool = option(
+        False,
+        "time CUDA-graph replays over rotated input sets (no launch overhead; for microsecond "
+        "kernels)",
+        action="store_true",
+    )
+    flush: str = option(
+        "read",
+        "how L2 is emptied before each call: read a 2x L2 buffer (clean lines), or write it as "
+        "triton's do_bench does (dirty lines the call must write back)",
+        choices=FLUSHES,
+    )
+    compile: bool = option(
+        False,
+        "also time the reference under torch.compile (compile time excluded; cached per GPU and "
+        "torch version in <machine>/baselines.jsonl)",
+        action="store_true",
+    )
+    baseline_cache: bool = option(
+        True,
+        "with --compile: measure the baseline again instead of using the cached one",
+        flag="--no-baseline-cache",
+        action="store_false",
+    )
+
+    def mode(self, device_type: str) -> str:
+        """The timer a solution on `device_type` is meant to get: "wall_clock" off the GPU,
+        else "cuda_graph" or "cuda_events" (a row records the mode it really got)."""
+        if device_type != "cuda":
+            return "wall_clock"
+        return "cuda_graph" if self.graph else "cuda_events"
+
+
+@dataclass(frozen=True)
+class Limits:
+    """How long each step of a solution may take before its worker is killed."""
+
+    build_s: float = option(
+        1800.0,
+        "limit for importing (building) a solution, in seconds",
+        flag="--build-timeout",
+        metavar="SECONDS",
+    )
+    run_s: float = option(
+        300.0,
+        "limit for each of the check and time steps of a solution, in seconds",
+        flag="--timeout",
+        metavar="SECONDS",
+    )
+
+
+@dataclass(frozen=True)
+class Places:
+    """Where results, builds and logs go."""
+
+    results_dir: Path = option(
+        REPO / "results", "where tables and the run log go (a folder per machine inside)"
+    )
+    build_dir: Path = option(
+        REPO / ".cache" / "builds", "cache of built extensions, a folder per solution content"
+    )
+    log_dir: Path = option(REPO / "logs", "full log of every solution's worker, a folder per run")
+
+
+@dataclass(frozen=True)
+class Settings:
+    """Everything that decides how a run goes. `device`, `arch` and `secret` are resolved
+    before it is made (run.py), so a worker and a record see the values really used."""
+
+    device: str = option(
+        "cpu",
+        "'cuda', 'cuda:N' or 'cpu' (default: cuda when a GPU is visible)",
+        default=None,
+    )
+    arch: str = option(
+        "9.0",
+        "TORCH_CUDA_ARCH_LIST to build for (default: the GPU present; without one, "
+        "$TORCH_CUDA_ARCH_LIST or 9.0)",
+        default=None,
+    )
+    audit: bool = option(
+        True,
+        "run a problem even when its audit rejects it",
+        flag="--no-audit",
+        action="store_false",
+    )
+    checking: Checking = Checking()
+    timing: Timing = Timing()
+    limits: Limits = Limits()
+    places: Places = Places()
+
+    def to_dict(self) -> dict[str, Any]:
+        """The settings as JSON-ready values (paths as strings), nested as the classes are."""
+        return _plain(dataclasses.asdict(self))
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> Settings:
+        """Settings from `to_dict`'s form, or from the flat form records had before (device,
+        trials, seed, secret, rule, graph, flush, arch); missing values take the defaults."""
+        if "checking" not in data:
+            data = {
+                **data,
+                "checking": data,
+                "timing": {**data, "rule": _known(StopRule, data.get("rule") or {})},
+            }
+        return _build(cls, data)
+
+
+def _plain(value: Any) -> Any:
+    if isinstance(value, dict):
+        return {key: _plain(item) for key, item in value.items()}
+    return str(value) if isinstance(value, Path) else value
+
+
+def _known(cls: type, data: dict[str, Any]) -> dict[str, Any]:
+    names = {f.name for f in fields(cls)}
+    return {key: value for key, value in data.items() if key in names}
+
+
+def _build(cls: type, data: dict[str, Any]) -> Any:
+    """`cls` from a dict, nested dataclasses from nested dicts; unknown keys are ignored."""
+    values = {}
+    for f in fields(cls):
+        if f.name not in data or (data[f.name] is None and f.default is not None):
+            continue
+        value = data[f.name]
+        default = f.default
+        if dataclasses.is_dataclass(default) and isinstance(value, dict):
+            value = _build(type(default), value)
+        elif isinstance(default, Path):
+            value = Path(value)
+        values[f.name] = value
+    return cls(**values)
+
+
+# Flags -------------------------------------------------------------------------------------
+
+
+def add_flags(group: Any, cls: type, nested: bool = True) -> None:
+    """Add a flag to `group` (an argparse group) for each option of `cls`, and with `nested`
+    for those of the settings it holds (a Tolerance gives --atol and --rtol)."""
+    for f in fields(cls):
+        if isinstance(f.default, Tolerance):
+            if nested:
+                for name, help in TOLERANCE_FLAGS.items():
+                    group.add_argument(f"--{name}", type=float, dest=name, help=help)
+        elif dataclasses.is_dataclass(f.default):
+            if nested:
+                add_flags(group, type(f.default))
+        elif "help" in f.metadata:
+            flag = dict(f.metadata)
+            name = flag.pop("flag", "--" + f.name.replace("_", "-"))
+            flag.setdefault("default", _shown(f.default))
+            if "action" not in flag:
+                flag["type"] = type(f.default)
+            group.add_argument(name, dest=f.name, **flag)
+
+
+def _shown(default: Any) -> Any:
+    """A default as the user would type it: a path relative to where they stand."""
+    return Path(os.path.relpath(default)) if isinstance(default, Path) else default
+
+
+def from_flags(args: argparse.Namespace, **resolved: Any) -> Settings:
+    """The settings the parsed flags describe, with `resolved` values (device, arch, secret)
+    in place of the flags' unresolved ones; paths made absolute. Raises ValueError for
+    values that cannot go together."""
+    values = {**vars(args), **resolved}
+    for name, value in values.items():
+        if isinstance(value, Path):
+            values[name] = value.resolve()
+    values["min_samples"] = min(values["min_samples"], values["max_samples"])
+    return _from_values(Settings, values)
+
+
+def _from_values(cls: type, values: dict[str, Any]) -> Any:
+    nested = {}
+    for f in fields(cls):
+        if isinstance(f.default, Tolerance):
+            nested[f.name] = Tolerance(values.get("atol"), values.get("rtol"))
+        elif dataclasses.is_dataclass(f.default):
+            nested[f.name] = _from_values(type(f.default), values)
+        elif f.name in values and values[f.name] is not None:
+            nested[f.name] = values[f.name]
+    return cls(**nested)
+
+
+def draw_secret(given: int | None) -> int:
+    """The run's secret: the one given, else a fresh random one (never 0, the public seeds)."""
+    return given if given is not None else secrets.randbelow(2**48) + 1
