@@ -1,9 +1,10 @@
-"""The run log and atomic file writes.
+"""JSON-lines logs, atomic file writes and locked folders.
 
-Every result is one JSON line appended to `results/<machine>/runs.jsonl` as soon as it is known,
-so an interrupted run keeps what it finished. Tables are rendered from that log and replace
-their files atomically (write a temporary file beside, then rename), so a reader never sees a
-half-written table. A lock file serialises runs that write the same folder at once.
+A log is appended one JSON line at a time, each flushed to disk as soon as it is written, so an
+interrupted run keeps what it finished (harness.record keeps the run log this way, and
+harness.results.baselines its cache). Tables replace their files atomically (write a temporary
+file beside, then rename), so a reader never sees a half-written table. A lock file serialises
+runs that write the same folder at once.
 """
 
 from __future__ import annotations
@@ -18,7 +19,6 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-LOG_NAME = "runs.jsonl"
 LOCK_NAME = ".lock"
 
 
@@ -34,8 +34,8 @@ def locked(folder: Path) -> Iterator[None]:
             fcntl.flock(handle, fcntl.LOCK_UN)
 
 
-def append(folder: Path, record: dict[str, Any], name: str = LOG_NAME) -> None:
-    """Append one record to the folder's run log (or log `name`) as a single JSON line."""
+def append(folder: Path, record: dict[str, Any], name: str) -> None:
+    """Append `record` to the folder's log `name` as a single JSON line."""
     line = json.dumps(record, sort_keys=True) + "\n"
     with locked(folder), open(folder / name, "a", encoding="utf-8") as log:
         log.write(line)
@@ -43,8 +43,8 @@ def append(folder: Path, record: dict[str, Any], name: str = LOG_NAME) -> None:
         os.fsync(log.fileno())
 
 
-def read(folder: Path, name: str = LOG_NAME) -> list[dict[str, Any]]:
-    """All records of the folder's run log (or log `name`), oldest first; unreadable lines
+def read(folder: Path, name: str) -> list[dict[str, Any]]:
+    """All records of the folder's log `name`, oldest first; unreadable lines
     are skipped."""
     path = folder / name
     if not path.exists():

@@ -5,6 +5,7 @@ from __future__ import annotations
 import copy
 import hashlib
 import random
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -27,6 +28,32 @@ def mixed_seed(public: int, secret: int) -> int:
         return public
     digest = hashlib.sha256(f"{public}:{secret}".encode()).digest()
     return int.from_bytes(digest[:6], "big")
+
+
+CASE_SEED_STRIDE = 1000  # case k: weights from seed + 1000 k, trial t's inputs from that + t
+BENCHMARK_SEED_OFFSET = 500_000  # benchmark b: weights and inputs from seed + 500000 + b
+
+
+@dataclass(frozen=True)
+class Seeds:
+    """The one plan every seed of a run comes from: a public number derived from the base seed,
+    mixed with the run's secret (`mixed_seed`). With secret 0 the public numbers are used as
+    they are, which lets a test or a reader replay a check by hand."""
+
+    seed: int
+    secret: int = 0
+
+    def case(self, index: int) -> int:
+        """Case `index`'s models (Model and ModelNew are built from it)."""
+        return mixed_seed(self.seed + CASE_SEED_STRIDE * index, self.secret)
+
+    def trial(self, index: int, trial: int) -> int:
+        """The inputs of trial `trial` (from 1) of case `index`."""
+        return mixed_seed(self.seed + CASE_SEED_STRIDE * index + trial, self.secret)
+
+    def benchmark(self, index: int) -> int:
+        """Benchmark `index`'s models and first input set (later sets take the seeds after)."""
+        return mixed_seed(self.seed + BENCHMARK_SEED_OFFSET + index, self.secret)
 
 
 def make_inputs(case: Case, seed: int, device: torch.device) -> list[Any]:

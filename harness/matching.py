@@ -46,7 +46,7 @@ class Tolerance:
 
     def describe(self, output: Any) -> str:
         """The tolerance applied to `output`'s first floating-point tensor or number."""
-        for leaf in _leaves(output):
+        for leaf in leaves(output):
             x = leaf if isinstance(leaf, torch.Tensor) else torch.tensor(leaf)
             if x.is_floating_point() or x.is_complex():
                 atol, rtol = self.for_dtype(x.dtype.to_real() if x.is_complex() else x.dtype)
@@ -54,13 +54,13 @@ class Tolerance:
         return "exact equality"
 
 
-def tolerance(problem: Problem, case: Case, given: Tolerance) -> Tolerance:
+def tolerance(problem: Problem, case: Case, override: Tolerance) -> Tolerance:
     """The one precedence rule, for the checks, the spot checks of timed calls and the audit:
-    each of atol and rtol is the command line's (`given`), else the case's, else the problem's,
+    each of atol and rtol is the command line's (`override`), else the case's, else the problem's,
     else None (the output dtype's default)."""
     return Tolerance(
-        _first_set(given.atol, case.atol, problem.atol),
-        _first_set(given.rtol, case.rtol, problem.rtol),
+        _first_set(override.atol, case.atol, problem.atol),
+        _first_set(override.rtol, case.rtol, problem.rtol),
     )
 
 
@@ -68,9 +68,10 @@ def _first_set(*values: float | None) -> float | None:
     return next((v for v in values if v is not None), None)
 
 
-def _leaves(output: Any) -> list[Any]:
+def leaves(output: Any) -> list[Any]:
+    """The tensors and numbers in `output` (a nested tuple or list of them), in order."""
     if isinstance(output, (tuple, list)):
-        return [leaf for item in output for leaf in _leaves(item)]
+        return [leaf for item in output for leaf in leaves(item)]
     return [output]
 
 

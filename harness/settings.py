@@ -22,9 +22,12 @@ REPO = Path(__file__).resolve().parent.parent
 FLUSHES = ("read", "write")
 
 
-def option(default: Any, help: str, **flag: Any) -> Any:
+def option(default: Any, help: str, resolved: bool = False, **flag: Any) -> Any:
     """A field that is also a flag: `--name` (underscores as dashes) unless `flag` names it;
-    further argparse keywords (choices, action, metavar, default shown) in `flag`."""
+    further argparse keywords (choices, action, metavar) in `flag`. A `resolved` option's flag
+    defaults to None, and run.py resolves the value (the device present, a fresh secret)."""
+    if resolved:
+        flag["default"] = None
     return field(default=default, metadata={"help": help, **flag})
 
 
@@ -70,7 +73,7 @@ class Checking:
         "the run's secret, mixed into every input seed (default: a fresh random one per run, "
         "recorded with its results; pass a recorded one to draw the same inputs again, or 0 for "
         "the public seeds alone)",
-        default=None,
+        resolved=True,
     )
     tolerance: Tolerance = Tolerance()
 
@@ -164,13 +167,13 @@ class Settings:
     device: str = option(
         "cpu",
         "'cuda', 'cuda:N' or 'cpu' (default: cuda when a GPU is visible)",
-        default=None,
+        resolved=True,
     )
     arch: str = option(
         "9.0",
         "TORCH_CUDA_ARCH_LIST to build for (default: the GPU present; without one, "
         "$TORCH_CUDA_ARCH_LIST or 9.0)",
-        default=None,
+        resolved=True,
     )
     audit: bool = option(
         True,

@@ -29,11 +29,13 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from harness import files
+
 from harness.measure import roofline
-from harness.measure.timing import CudaTimer, StopRule, sample
+from harness.measure.timing import CudaTimer, sample
+from harness.record import read as read_records
 from harness.results import report, summary
 from harness.run import machine
+from harness.settings import StopRule
 
 ROOT = Path(__file__).resolve().parent.parent
 MIB = 1 << 20
@@ -114,10 +116,10 @@ def compare_runs(first: Path, second: Path) -> list[dict[str, Any]]:
 
     def medians(folder: Path) -> dict[tuple[str, str, str], float]:
         found = {}
-        for record in summary.latest_records(files.read(folder)):
-            for bench in record.get("benchmarks") or []:
-                key = (record["problem"], record["solution"], report.bench_label(bench))
-                found[key] = bench["solution"]["median_us"]
+        for record in summary.latest_records(read_records(folder)):
+            for bench in record.benchmarks:
+                key = (record.problem, record.solution, report.bench_label(bench))
+                found[key] = bench.solution.median_us
         return found
 
     a, b = medians(first), medians(second)

@@ -13,8 +13,9 @@ import pytest
 import torch
 
 import run
-from harness import status
+from harness import matching, status
 from harness.errors import Verdict
+from harness.matching import Tolerance
 from harness.measure import anticheat, benchmarking, feeding, integrity, profiling
 from harness.run import scan
 from tests.conftest import FIXTURES
@@ -109,7 +110,7 @@ class Doubler(torch.nn.Module):
 
 
 def fed(model: torch.nn.Module, wrong_to_check: bool = True) -> feeding.Feed:
-    check = feeding.output_check(Doubler(), CPU, None, None)
+    check = feeding.output_check(Doubler(), CPU, Tolerance())
     checker = feeding.SpotChecker(check, random.Random(0), CPU, "benchmark 'b'")
     checker.force(10**6 if wrong_to_check else 0)
     return feeding.Feed(model, [[torch.randn(8, 8)], [torch.randn(8, 8)]], 3, checker)
@@ -176,13 +177,12 @@ def test_a_replaced_timer_or_comparison_is_named(
 
 
 def test_a_replaced_harness_function_is_named(monkeypatch: pytest.MonkeyPatch) -> None:
-
     snapshot = integrity.Snapshot()
-    monkeypatch.setattr(compare, "compare", lambda *a, **k: None)
+    monkeypatch.setattr(matching, "mismatch", lambda *a, **k: None)
     with pytest.raises(Verdict) as caught:
         snapshot.verify("after")
     assert caught.value.reason == "harness_replaced"
-    assert "harness.compare.compare was replaced" in caught.value.detail
+    assert "harness.matching.mismatch was replaced" in caught.value.detail
 
 
 PYTORCH_KERNEL = "void at::native::vectorized_elementwise_kernel<4, at::native::Mul>(int, float*)"

@@ -13,10 +13,11 @@ import torch.nn as nn
 from harness import status
 from harness.inputs import seed_everything
 from harness.loading import Case, Problem, load_problem
-from harness.matching import compare
+from harness.matching import mismatch
 from harness.measure.checking import Verdict, check_cases
 from harness.run.audit import REJECT, WARN, Finding, audit_problem, rejected, render_findings
 from harness.run.discovery import list_problems
+from harness.settings import Checking
 from tests.conftest import FIXTURES, REPO
 
 AUDIT = FIXTURES / "audit"
@@ -123,21 +124,21 @@ def test_a_rejected_problem_lets_the_cheat_pass_the_harness_check(
     on the rejected problem, and fails it on the clean ReLU problem."""
     problem = fixture(name)
     solution = cheat or memorised(problem)
-    assert check_cases(problem, solution, CPU, trials=3, seed=7) == 3
+    assert check_cases(problem, solution, CPU, Checking(trials=3, seed=7)) == 3
     clean = fixture("good_relu")
     with pytest.raises(Verdict) as failure:
-        check_cases(clean, cheat or memorised(clean), CPU, trials=3, seed=7)
+        check_cases(clean, cheat or memorised(clean), CPU, Checking(trials=3, seed=7))
     assert failure.value.status == status.INCORRECT
 
 
-def test_a_times_zero_output_lets_a_zero_solution_pass_compare() -> None:
+def test_a_times_zero_output_lets_a_zero_solution_match() -> None:
     problem = fixture("returns_zeros")
     seed_everything(1)
     with torch.no_grad():
         expected = problem.model()(*problem.cases[0].get_inputs())
-    assert compare(expected, torch.zeros_like(expected)) is None
+    assert mismatch(expected, torch.zeros_like(expected)) is None
     relu = fixture("good_relu").model()(torch.randn(16, 32))
-    assert compare(relu, torch.zeros_like(relu)) is not None
+    assert mismatch(relu, torch.zeros_like(relu)) is not None
 
 
 class ZerosInAStructure(nn.Module):

@@ -5,7 +5,7 @@ from pathlib import Path
 
 import pytest
 
-from harness import files
+from harness import record as run_log
 from harness.results import charts
 from tests.records_factory import bench, record
 
@@ -13,15 +13,15 @@ pytest.importorskip("matplotlib")
 
 
 def fill(folder: Path) -> None:
-    files.append(folder, record("p", "quick_cuda", [bench(10, 30), bench(50, 100, "big")]))
-    files.append(folder, record("p", "old_format", [bench(10, 15, new_format=False)]))
+    run_log.append(folder, record("p", "quick_cuda", [bench(10, 30), bench(50, 100, "big")]))
+    run_log.append(folder, record("p", "old_format", [bench(10, 15, new_format=False)]))
     # A failed solution's timings (say, from before a later check failed) are never drawn.
-    files.append(folder, record("p", "wrong_cuda", [bench(1, 30)], status="incorrect"))
+    run_log.append(folder, record("p", "wrong_cuda", [bench(1, 30)], status="incorrect"))
 
 
 def test_chart_is_an_svg_of_the_ok_solutions(tmp_path: Path) -> None:
     fill(tmp_path)
-    path = charts.write_chart(tmp_path, "p")
+    path = charts.write_chart(tmp_path, "p", run_log.read(tmp_path))
     assert path == tmp_path / "p.svg"
     text = path.read_text()
     assert text.lstrip().startswith("<?xml") and "<svg" in text and text.rstrip().endswith("</svg>")
@@ -38,23 +38,24 @@ def test_chart_bars_carry_the_interval() -> None:
 
 def test_chart_is_deterministic(tmp_path: Path) -> None:
     fill(tmp_path)
-    first = charts.write_chart(tmp_path, "p")
+    records = run_log.read(tmp_path)
+    first = charts.write_chart(tmp_path, "p", records)
     assert first is not None
     before = first.read_bytes()
-    charts.write_chart(tmp_path, "p")
+    charts.write_chart(tmp_path, "p", records)
     assert first.read_bytes() == before
     assert b"<dc:date>" not in before
 
 
 def test_no_chart_without_ok_rows(tmp_path: Path) -> None:
-    files.append(tmp_path, record("p", "wrong_cuda", status="incorrect"))
-    assert charts.write_chart(tmp_path, "p") is None
-    assert charts.write_chart(tmp_path, "no_such_problem") is None
+    records = [record("p", "wrong_cuda", status="incorrect")]
+    assert charts.write_chart(tmp_path, "p", records) is None
+    assert charts.write_chart(tmp_path, "no_such_problem", records) is None
     assert not list(tmp_path.glob("*.svg"))
 
 
 def test_no_chart_without_matplotlib(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     fill(tmp_path)
     monkeypatch.setitem(sys.modules, "matplotlib", None)  # makes `import matplotlib` fail
-    assert charts.write_chart(tmp_path, "p") is None
+    assert charts.write_chart(tmp_path, "p", run_log.read(tmp_path)) is None
     assert not (tmp_path / "p.svg").exists()

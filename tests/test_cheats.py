@@ -13,6 +13,7 @@ from harness import status
 from harness.errors import Verdict
 from harness.loading import import_file, load_problem
 from harness.measure.checking import check_cases
+from harness.settings import Checking
 from tests.conftest import FIXTURES, REPO, TOY, CliRun
 
 CHEATS = FIXTURES / "cheats"
@@ -35,7 +36,7 @@ EXPECTED = {
     "replaces_event": ("rejected", "timer_replaced", "torch.cuda.Event was replaced"),
     "replaces_synchronize": ("rejected", "timer_replaced", "torch.cuda.synchronize was replaced"),
     "replaces_clock": ("rejected", "timer_replaced", "time.perf_counter was replaced"),
-    "replaces_comparison": ("rejected", "harness_replaced", "compare was replaced"),
+    "replaces_comparison": ("rejected", "harness_replaced", "mismatch was replaced"),
     "prints_a_verdict": ("incorrect", None, "case 'default'"),
 }
 # Replaying by address is caught by whichever check first sees an address come back: the
@@ -96,7 +97,7 @@ def test_a_timed_call_cheat_is_caught_only_by_the_spot_checks(cheats_run: CliRun
 
 
 def test_the_secret_is_recorded_so_a_run_can_be_replayed(cheats_run: CliRun) -> None:
-    secrets = {r["settings"]["secret"] for r in cheats_run.records()}
+    secrets = {r["settings"]["checking"]["secret"] for r in cheats_run.records()}
     assert len(secrets) == 1 and next(iter(secrets)) > 0
 
 
@@ -104,9 +105,9 @@ def test_only_the_secret_exposes_a_solution_tuned_to_the_public_seeds() -> None:
     problem = load_problem("toy", TOY / "reference.py")
     model_new = import_file(CHEATS / "public_seeds_only.py").ModelNew
     cpu = torch.device("cpu")
-    assert check_cases(problem, model_new, cpu, trials=5, seed=42, secret=0) == 15
+    assert check_cases(problem, model_new, cpu, Checking(trials=5, seed=42, secret=0)) == 15
     with pytest.raises(Verdict) as caught:
-        check_cases(problem, model_new, cpu, trials=5, seed=42, secret=1234)
+        check_cases(problem, model_new, cpu, Checking(trials=5, seed=42, secret=1234))
     assert caught.value.status == status.INCORRECT
 
 

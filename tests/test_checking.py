@@ -12,6 +12,7 @@ from harness import status
 from harness.loading import load_problem
 from harness.measure import checking
 from harness.measure.checking import Verdict, check_cases, check_refused
+from harness.settings import Checking
 
 CPU = torch.device("cpu")
 INPUTS = [torch.tensor([1.0, -2.0, 3.0])]
@@ -88,9 +89,9 @@ def test_invalid_cases_skip_the_reference_and_need_a_refusal(tmp_path) -> None:
     path = tmp_path / "sqrt.py"
     path.write_text(PROBLEM)
     problem = load_problem("sqrt", path)
-    assert check_cases(problem, CheckedSqrt, CPU, trials=2, seed=0) == 4
+    assert check_cases(problem, CheckedSqrt, CPU, Checking(trials=2, seed=0)) == 4
     with pytest.raises(Verdict) as err:
-        check_cases(problem, UncheckedSqrt, CPU, trials=2, seed=0)
+        check_cases(problem, UncheckedSqrt, CPU, Checking(trials=2, seed=0))
     assert err.value.status == status.INCORRECT
     assert "case 'negative'" in err.value.detail
     assert "returned finite values for invalid input" in err.value.detail

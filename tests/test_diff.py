@@ -4,8 +4,9 @@ from pathlib import Path
 
 import pytest
 
-from harness import files
+from harness import record as run_log
 from harness.errors import UserError
+from harness.record import BenchRow, RunRecord
 from harness.results import comparison
 from harness.stats import Interval
 from tests.records_factory import bench, record
@@ -14,11 +15,11 @@ OLD_RUN, NEW_RUN = "20261128-090000-0ld0ld", "20261129-100000-4e54e5"
 OLD_COMMIT, NEW_COMMIT = "1111111", "2222222"
 
 
-def old(solution: str, *benchmarks: dict, status: str = "ok") -> dict:
+def old(solution: str, *benchmarks: BenchRow, status: str = "ok") -> RunRecord:
     return record("p", solution, list(benchmarks), status, OLD_RUN, OLD_COMMIT, "2026-11-28T09:00Z")
 
 
-def new(solution: str, *benchmarks: dict, status: str = "ok") -> dict:
+def new(solution: str, *benchmarks: BenchRow, status: str = "ok") -> RunRecord:
     return record("p", solution, list(benchmarks), status, NEW_RUN, NEW_COMMIT, "2026-11-29T10:00Z")
 
 
@@ -37,7 +38,7 @@ def folder(tmp_path: Path) -> Path:
         new("broke", status="incorrect"),
         new("added", bench(50.0, 200.0, seed=15)),
     ):
-        files.append(tmp_path, each)
+        run_log.append(tmp_path, each)
     return tmp_path
 
 
@@ -52,7 +53,7 @@ def test_verdict_comes_from_the_whole_interval() -> None:
 
 
 def test_verdicts_on_crafted_samples(folder: Path) -> None:
-    result = comparison.compare(
+    result = comparison.compare_runs(
         comparison.select(f"{folder}@{OLD_RUN}"), comparison.select(f"{folder}@{NEW_RUN}")
     )
     verdicts = {row["solution"]: row["verdict"] for row in result["shapes"]}
@@ -63,7 +64,7 @@ def test_verdicts_on_crafted_samples(folder: Path) -> None:
 
 
 def test_status_changes_and_one_sided_solutions_are_listed(folder: Path) -> None:
-    result = comparison.compare(
+    result = comparison.compare_runs(
         comparison.select(f"{folder}@{OLD_COMMIT}"), comparison.select(f"{folder}@{NEW_RUN}")
     )
     assert [(r["solution"], r["old"], r["new"]) for r in result["status"]] == [
@@ -80,7 +81,7 @@ def test_a_spec_selects_by_run_id_or_commit_prefix(folder: Path) -> None:
     assert by_run.run_ids() == [OLD_RUN] and by_run.commits() == [OLD_COMMIT]
     assert len(by_run.latest) == 5
     latest = comparison.select(str(folder))
-    assert {r["solution"]: r["run_id"] for r in latest.latest}["dropped"] == OLD_RUN
+    assert {r.solution: r.run_id for r in latest.latest}["dropped"] == OLD_RUN
     assert latest.run_ids() == [OLD_RUN, NEW_RUN]
 
 
@@ -102,7 +103,7 @@ def test_rendered_comparison_names_both_sides(folder: Path) -> None:
 
 
 def test_a_run_compared_with_itself_is_unchanged(folder: Path) -> None:
-    result = comparison.compare(comparison.select(str(folder)), comparison.select(str(folder)))
+    result = comparison.compare_runs(comparison.select(str(folder)), comparison.select(str(folder)))
     assert {row["verdict"] for row in result["shapes"]} == {"unchanged"}
     assert all(row["ratio"].value == 1.0 for row in result["shapes"])
     assert not result["status"] and not result["only_old"] and not result["only_new"]

@@ -25,10 +25,11 @@ from pathlib import Path
 import pytest
 
 import run
-from harness import files
-from harness.measure.timing import StopRule
+from harness.record import LOG_NAME
+from harness.record import read as read_records
 from harness.run.discovery import ProblemSource, resolve_problem
-from harness.run.session import Options, Session
+from harness.run.session import Session
+from harness.settings import Checking, Limits, Places, Settings, StopRule, Timing
 from tests.conftest import FIXTURES, REPO, TOY, CliRun, toy_solution
 from tests.fixtures.faults import garbage_output
 
@@ -122,16 +123,14 @@ def test_an_unusable_problem_file_is_one_error_line_and_exit_3(
 def test_broken_problems_among_others_do_not_stop_the_run(
     tmp_path: Path, capfd: pytest.CaptureFixture[str], syntax_error_problem: Path
 ) -> None:
-    options = Options(
+    settings = Settings(
         device="cpu",
-        trials=2,
-        rule=StopRule(min_samples=5, max_samples=5),
-        timeout_s=20,
-        results_dir=tmp_path / "results",
-        cache_dir=tmp_path / "builds",
-        log_dir=tmp_path / "logs",
+        checking=Checking(trials=2),
+        timing=Timing(rule=StopRule(min_samples=5, max_samples=5)),
+        limits=Limits(run_s=20),
+        places=Places(tmp_path / "results", tmp_path / "builds", tmp_path / "logs"),
     )
-    session = Session(options)
+    session = Session(settings)
     good = [Path(toy_solution("good"))]
     work = [
         (problem_source(syntax_error_problem), good),
@@ -145,9 +144,9 @@ def test_broken_problems_among_others_do_not_stop_the_run(
     assert len(errors) == 2
     assert "broken_syntax.py: syntax error on line 7" in errors[0]
     assert "problem_no_get_inputs.py is not a KernelBench problem" in errors[1]
-    recorded = files.read(session.folder)
-    assert [(r["problem"], r["solution"]) for r in recorded] == [("toy", "good")]
-    assert passed_every_check(recorded[0]), recorded[0]["detail"]
+    recorded = read_records(session.folder)
+    assert [(r.problem, r.solution) for r in recorded] == [("toy", "good")]
+    assert passed_every_check(recorded[0].to_dict()), recorded[0].detail
     assert re.search(r"^\| good +\| ", (session.folder / "toy.md").read_text(), re.MULTILINE)
     assert (session.folder / "summary.md").exists()
 
@@ -341,7 +340,7 @@ def wait_for(what: str, condition: Callable[[], object], timeout: float = WAIT_S
 
 def whole_records(results: Path) -> list[dict]:
     """The complete lines of the run log under `results` (a line being written is not one)."""
-    logs = list(results.glob(f"*/{files.LOG_NAME}"))
+    logs = list(results.glob(f"*/{LOG_NAME}"))
     text = logs[0].read_text() if logs else ""
     return [json.loads(line) for line in text.splitlines(keepends=True) if line.endswith("\n")]
 
@@ -379,7 +378,7 @@ def test_ctrl_c_keeps_what_was_recorded_and_leaves_no_worker(
     assert "Traceback" not in err, err
     said = [line for line in err.splitlines() if "interrupted" in line]
     assert len(said) == 1 and said[0].startswith("interrupted: "), err
-    (log,) = tmp_path.glob(f"results/*/{files.LOG_NAME}")
+    (log,) = tmp_path.glob(f"results/*/{LOG_NAME}")
     text = log.read_text()
     assert text.endswith("\n") and len(text.splitlines()) == 1
     record = json.loads(text)
@@ -454,7 +453,7 @@ def two_runs_one_folder(
     ]
     try:
         codes = [finish(process) for process in runs]
-        (log,) = launch.root.glob(f"results/*/{files.LOG_NAME}")
+        (log,) = launch.root.glob(f"results/*/{LOG_NAME}")
         yield codes, log.parent
     finally:
         launch.clean_up()
@@ -464,7 +463,7 @@ def test_two_runs_writing_one_results_folder_keep_every_record(
     two_runs_one_folder: tuple[list[int], Path],
 ) -> None:
     codes, folder = two_runs_one_folder
-    lines = (folder / files.LOG_NAME).read_text().splitlines()
+    lines = (folder / LOG_NAME).read_text().splitlines()
     recorded = [json.loads(line) for line in lines]  # every line whole, valid JSON
     assert len(recorded) == 6 and all(passed_every_check(r) for r in recorded), recorded
     by_run: dict[str, list[str]] = {}

@@ -6,14 +6,16 @@ from __future__ import annotations
 import json
 import sys
 import types
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
 import torch
 
-from harness import files
+from harness import record
 from harness.loading import load_problem
 from harness.measure import gpustate, roofline
+from harness.record import Ceiling, GpuState, Measurement
 from harness.results import baselines, report
 from tests import records_factory as make
 from tests.conftest import REPO
@@ -68,30 +70,30 @@ def baseline_entry(run_id: str, compiled_us: float, mismatch: str | None = None)
         "time": "2026-11-29T10:00:00+00:00",
         "compile_s": 3.0,
         "mismatch": mismatch,
-        "compiled": make.timing(compiled_us, seed=5),
+        "compiled": make.timing(compiled_us, seed=5).to_dict(),
         **H200,
     }
 
 
 def test_compile_baseline_gives_an_unpaired_speedup_and_says_when_cached() -> None:
-    bench = make.bench(solution_us=10.0, reference_us=40.0)
-    bench["mode"] = "cuda_events"
-    baselines.attach(bench, [baseline_entry("old-run", 20.0)], run_id="this-run")
-    assert bench["compile"]["cached"] is True and bench["compile"]["compile_s"] == 3.0
-    versus = bench["vs_compile"]
-    assert versus["low"] < versus["value"] < versus["high"]
-    assert versus["value"] == pytest.approx(2.0, rel=0.02)
-    fresh = make.bench(solution_us=10.0, reference_us=40.0)
-    fresh["mode"] = "cuda_events"
-    baselines.attach(fresh, [baseline_entry("this-run", 20.0)], run_id="this-run")
-    assert fresh["compile"]["cached"] is False
+    row = make.bench(solution_us=10.0, reference_us=40.0)
+    assert row.mode == "cuda_events"
+    baseline, versus = baselines.versus(row, [baseline_entry("old-run", 20.0)], run_id="this-run")
+    assert baseline is not None and baseline.cached is True and baseline.compile_s == 3.0
+    assert versus is not None and versus.low < versus.value < versus.high
+    assert versus.value == pytest.approx(2.0, rel=0.02)
+    fresh, _ = baselines.versus(row, [baseline_entry("this-run", 20.0)], run_id="this-run")
+    assert fresh is not None and fresh.cached is False
+    other_timer = replace(row, mode="cuda_graph")
+    assert baselines.versus(other_timer, [baseline_entry("r", 20.0)], "r") == (None, None)
 
 
 def test_a_wrong_compiled_reference_gives_no_speedup() -> None:
-    bench = make.bench(solution_us=10.0, reference_us=40.0)
-    bench["mode"] = "cuda_events"
-    baselines.attach(bench, [baseline_entry("r", 20.0, mismatch="1 of 1 differ")], "r")
-    assert bench["vs_compile"] is None and bench["compile"]["mismatch"]
+    measured = make.bench(solution_us=10.0, reference_us=40.0)
+    entry = baseline_entry("r", 20.0, mismatch="1 of 1 differ")
+    baseline, versus = baselines.versus(measured, [entry], "r")
+    assert versus is None and baseline is not None and baseline.mismatch
+    bench = replace(measured, compile=baseline, vs_compile=versus)
     assert report.bench_vs_compile(bench) is None
     row = report.table_rows([make.record("p", "s", [bench])])[0]
     assert "wrong answer" in report.markdown_table([row])
@@ -104,7 +106,7 @@ def test_baselines_are_looked_up_by_gpu_torch_mode_and_flush(tmp_path: Path) -> 
     assert len(baselines.cached(tmp_path, wanted)) == 1
     assert baselines.cached(tmp_path, {**wanted, "torch": "2.12.0"}) == []
     assert baselines.cached(tmp_path, {**wanted, "flush": "write"}) == []
-    assert files.read(tmp_path) == []  # a log of its own, not runs.jsonl
+    assert record.read(tmp_path) == []  # a log of its own, not runs.jsonl
 
 
 class FakeNvml:
@@ -154,15 +156,18 @@ def test_no_nvml_means_no_state_and_no_error(monkeypatch, capsys) -> None:
 
 
 def test_flags_warn_above_the_ceiling_when_launch_bound_noisy_or_throttled() -> None:
-    bench = make.bench(solution_us=2.0, reference_us=8.0)
-    bench.update(bytes=10_000_000, floor_us=3.5, launch_bound=True)
-    bench["solution"]["rse"] = 0.05
-    bench["state"] = {"sm_mhz": [1700, 1980], "temp_c": [60, 70], "throttled_samples": 12}
-    bench["state"]["reasons"] = ["power cap"]
-    record = make.record("p", "s", [bench])
-    record["ceiling"] = {"copy_gbps": 4000.0}
-    row = report.table_rows([record])[0]
-    assert row["gbps"] == pytest.approx(5000.0, rel=0.02)  # 10 MB in 2 us
+    noisy = Measurement((1.0, 3.0) * 10 + (2.0,), "cuda_events")  # median 2 us, RSE 11%
+    bench = replace(
+        make.bench(solution_us=2.0, reference_us=8.0),
+        solution=noisy,
+        bytes=10_000_000,
+        floor_us=3.5,
+        launch_bound=True,
+        state=GpuState((1700, 1980), (60, 70), throttled_samples=12, reasons=("power cap",)),
+    )
+    run = replace(make.record("p", "s", [bench]), ceiling=Ceiling(copy_gbps=4000.0))
+    row = report.table_rows([run])[0]
+    assert row["gbps"] == pytest.approx(5000.0)  # 10 MB in 2 us
     flags = row["flags"]
     assert "ABOVE the copy ceiling" in flags and "launch-bound" in flags
     assert "noisy solution" in flags and "throttled: 12 samples (power cap)" in flags

@@ -4,64 +4,64 @@ import json
 import multiprocessing
 import os
 import stat
+from dataclasses import replace
 from pathlib import Path
 
 import pandas as pd
 import pytest
 
-from harness import files
-from harness.results import report
+from harness import files, record
+from harness.record import BenchRow, Measurement, RunRecord
+from harness.results import rendering, report
+from tests import records_factory as make
+
+INPUTS = ("float32[512,1024]", "int64[512,1024]")
 
 
-def timed(median: float, ref: float, name: str = "default") -> dict:
-    def m(value: float) -> dict:
-        return {
-            "method": "cuda_events",
-            "count": 3,
-            "median_us": value,
-            "iqr_us": value / 10,
-            "min_us": value,
-            "times_us": [value] * 3,
-        }
+def timed(median: float, ref: float, name: str = "default") -> BenchRow:
+    """A row whose sides' middle halves span 10% of their medians."""
 
-    return {
-        "name": name,
-        "inputs": ["float32[512,1024]", "int64[512,1024]"],
-        "reference": m(ref),
-        "solution": m(median),
-    }
+    def m(value: float) -> Measurement:
+        return Measurement((0.9 * value, value, 1.1 * value), "cuda_events")
+
+    return BenchRow(name, INPUTS, m(ref), m(median))
 
 
-def record(
+def run(
     solution: str,
     status: str = "ok",
     when: str = "2026-11-29T10:00:00+00:00",
-    benchmarks: list | None = None,
+    benchmarks: list[BenchRow] | None = None,
     path: str | None = None,
     detail: str = "",
-) -> dict:
-    return {
-        "problem": "p",
-        "solution": solution,
-        "solution_path": path or f"solutions/p/{solution}.py",
-        "status": status,
-        "detail": detail,
-        "time": when,
-        "run_id": "r1",
-        "log": "logs/r1/x.log",
-        "benchmarks": benchmarks if benchmarks is not None else [],
-        "machine": {"gpu": "NVIDIA H200", "torch": "2.11.0", "time": when},
-    }
+) -> RunRecord:
+    return make.record("p", solution, benchmarks, status, "r1", when=when, path=path, detail=detail)
 
 
 def test_append_then_read_keeps_order_and_skips_a_torn_line(tmp_path: Path, capsys) -> None:
-    files.append(tmp_path, {"n": 1})
-    with open(tmp_path / files.LOG_NAME, "a") as log:
+    first, third = run("a"), run("c", benchmarks=[timed(10.0, 20.0)])
+    record.append(tmp_path, first)
+    with open(tmp_path / record.LOG_NAME, "a") as log:
         log.write('{"n": 2, "torn')  # a writer killed mid-line
         log.write("\n")
-    files.append(tmp_path, {"n": 3})
-    assert [r["n"] for r in files.read(tmp_path)] == [1, 3]
+    record.append(tmp_path, third)
+    assert record.read(tmp_path) == [first, third]
     assert "skipped 1 unreadable line" in capsys.readouterr().err
+
+
+def test_a_line_that_is_not_a_record_is_skipped_with_a_warning(tmp_path: Path, capsys) -> None:
+    files.append(tmp_path, {"problem": "p", "status": "ok"}, record.LOG_NAME)
+    record.append(tmp_path, run("a"))
+    assert [r.solution for r in record.read(tmp_path)] == ["a"]
+    assert "skipped 1 line(s) that are not records" in capsys.readouterr().err
+
+
+def test_a_record_reads_back_equal_to_the_one_written(tmp_path: Path) -> None:
+    written = run("a", benchmarks=[make.bench(10.0, 30.0), make.bench(5.0, 9.0, "big")])
+    record.append(tmp_path, written)
+    (read,) = record.read(tmp_path)
+    assert read == written
+    assert read.settings == written.settings and read.benchmarks[1].name == "big"
 
 
 def test_write_atomic_replaces_whole_or_not_at_all(tmp_path: Path, monkeypatch) -> None:
@@ -91,7 +91,7 @@ def test_written_files_get_the_usual_permissions(tmp_path: Path) -> None:
 
 def _append_many(folder: str, writer: int) -> None:
     for n in range(40):
-        files.append(Path(folder), {"writer": writer, "n": n, "pad": "x" * 2000})
+        record.append(Path(folder), run(f"w{writer}-{n}", detail="x" * 2000))
 
 
 def test_concurrent_runs_append_whole_lines(tmp_path: Path) -> None:
@@ -101,22 +101,23 @@ def test_concurrent_runs_append_whole_lines(tmp_path: Path) -> None:
         w.start()
     for w in workers:
         w.join(60)
-    lines = (tmp_path / files.LOG_NAME).read_text().splitlines()
+    lines = (tmp_path / record.LOG_NAME).read_text().splitlines()
     assert len(lines) == 120
-    assert all(json.loads(line)["pad"] == "x" * 2000 for line in lines)
+    assert all(json.loads(line)["detail"] == "x" * 2000 for line in lines)
+    assert len(record.read(tmp_path)) == 120
 
 
 def test_latest_record_of_each_solution_wins() -> None:
-    old = record("a", status="incorrect", when="2026-11-28T10:00:00+00:00")
-    new = record("a", benchmarks=[timed(10.0, 20.0)], when="2026-11-29T10:00:00+00:00")
-    other_problem = {**record("b"), "problem": "q"}
+    old = run("a", status="incorrect", when="2026-11-28T10:00:00+00:00")
+    new = run("a", benchmarks=[timed(10.0, 20.0)], when="2026-11-29T10:00:00+00:00")
+    other_problem = make.record("q", "b")
     latest = report.latest_per_solution([old, new, other_problem], "p")
     assert latest == [new]
 
 
 def test_rows_one_per_benchmark_or_one_for_a_failure() -> None:
-    ok = record("fast", benchmarks=[timed(10.0, 25.0), timed(100.0, 150.0, name="big")])
-    failed = record("broken", status="compile_error", detail="main.cu(3): error: x")
+    ok = run("fast", benchmarks=[timed(10.0, 25.0), timed(100.0, 150.0, name="big")])
+    failed = run("broken", status="compile_error", detail="main.cu(3): error: x")
     rows = report.table_rows([ok, failed])
     assert [(r["solution"], r["shape"], r["status"]) for r in rows] == [
         ("fast", "512x1024", "ok"),
@@ -125,23 +126,23 @@ def test_rows_one_per_benchmark_or_one_for_a_failure() -> None:
     ]
     assert rows[0]["speedup"] == pytest.approx(2.5) and rows[1]["speedup"] == pytest.approx(1.5)
     assert rows[0]["iqr_pct"] == pytest.approx(10.0)
-    assert report.notes(rows[2]) == "main.cu(3): error: x (log: logs/r1/x.log)"
+    assert report.notes(rows[2]) == "main.cu(3): error: x (log: logs/r1/broken.log)"
 
 
 def test_same_named_solutions_from_two_folders_are_told_apart() -> None:
-    rows = report.table_rows([record("mine"), record("mine", path="/home/me/mine.py")])
+    rows = report.table_rows([run("mine"), run("mine", path="/home/me/mine.py")])
     assert {r["solution"] for r in rows} == {"solutions/p/mine.py", "/home/me/mine.py"}
 
 
 def test_tables_render_from_the_log_alone(tmp_path: Path) -> None:
-    files.append(tmp_path, record("fast", benchmarks=[timed(10.0, 25.0)]))
-    files.append(tmp_path, record("slow", status="timeout", detail="check step ran past 300 s"))
-    md_path, csv_path = report.write_tables(tmp_path, "p")
+    record.append(tmp_path, run("fast", benchmarks=[timed(10.0, 25.0)]))
+    record.append(tmp_path, run("slow", status="timeout", detail="check step ran past 300 s"))
+    md_path = rendering.render_problem(tmp_path, "p")
     markdown = md_path.read_text()
     assert markdown.startswith("# p on NVIDIA H200")
     assert "| fast       | 512x1024 | ok" in markdown and "2.50x" in markdown
     assert "timeout" in markdown and "check step ran past 300 s" in markdown
-    frame = pd.read_csv(csv_path)
+    frame = pd.read_csv(md_path.with_suffix(".csv"))
     assert list(frame["solution"]) == ["fast", "slow"]
     assert frame.loc[0, "speedup"] == pytest.approx(2.5)
     assert frame.loc[1, "detail"] == "check step ran past 300 s"
@@ -149,7 +150,16 @@ def test_tables_render_from_the_log_alone(tmp_path: Path) -> None:
 
 def test_long_details_are_cut_in_the_markdown_only(tmp_path: Path) -> None:
     detail = "output: " + "x" * 500
-    files.append(tmp_path, record("wrong", status="incorrect", detail=detail))
-    md_path, csv_path = report.write_tables(tmp_path, "p")
+    problem_records = [run("wrong", status="incorrect", detail=detail)]
+    md_path, csv_path = report.write_tables(tmp_path, "p", problem_records)
     assert "x" * 200 not in md_path.read_text()
     assert pd.read_csv(csv_path).loc[0, "detail"] == detail
+
+
+def test_old_rows_without_a_paired_speedup_show_the_ratio_of_medians_without_interval() -> None:
+    old = replace(timed(10.0, 25.0), speedup=None)
+    (row,) = report.table_rows([run("old", benchmarks=[old])])
+    assert row["speedup"] == pytest.approx(2.5)
+    assert row["speedup_low"] is None and row["speedup_high"] is None
+    line = report.markdown_table([row]).splitlines()[2]
+    assert "2.50x" in [cell.strip() for cell in line.strip("|").split("|")]

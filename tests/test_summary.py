@@ -5,12 +5,13 @@ from pathlib import Path
 
 import pytest
 
-from harness import files
-from harness.results import summary
+from harness import record as run_log
+from harness.record import RunRecord
+from harness.results import rendering, summary
 from tests.records_factory import bench, record
 
 
-def rows_by_name(all_records: list[dict]) -> dict[tuple[str, str], dict]:
+def rows_by_name(all_records: list[RunRecord]) -> dict[tuple[str, str], dict]:
     return {(r["problem"], r["solution"]): r for r in summary.summary_rows(all_records)}
 
 
@@ -21,8 +22,8 @@ def test_score_is_the_geomean_of_the_shapes_speedups() -> None:
 
 def test_old_records_without_speedup_score_from_their_medians() -> None:
     old = record("p", "a", [bench(10.0, 30.0, new_format=False)])
-    assert "speedup" not in old["benchmarks"][0]
-    expected = old["benchmarks"][0]["reference"]["median_us"] / 10.0
+    assert old.benchmarks[0].speedup is None
+    expected = old.benchmarks[0].reference.median_us / 10.0
     assert summary.score(old) == pytest.approx(expected, rel=0.02)
     assert summary.compile_score(old) is None
 
@@ -46,7 +47,7 @@ def test_the_latest_record_of_each_solution_decides() -> None:
     assert row["status"] == "incorrect" and row["score"] is None and row["shapes"] == 0
 
 
-def crafted() -> list[dict]:
+def crafted() -> list[RunRecord]:
     """Four problems: best 3x, best 1.2x, nothing ok, and only a CPU-run solution ok."""
     return [
         record("alpha", "fast", [bench(10.0, 30.0)]),
@@ -82,8 +83,8 @@ def cells(markdown: str) -> list[list[str]]:
 
 def test_summary_renders_and_writes_from_the_log(tmp_path: Path) -> None:
     for each in crafted():
-        files.append(tmp_path, each)
-    path = summary.write_summary(tmp_path)
+        run_log.append(tmp_path, each)
+    path = rendering.render_summary(tmp_path)
     assert path == tmp_path / summary.SUMMARY_NAME
     text = path.read_text()
     assert text.startswith("# Summary on NVIDIA H200")

@@ -14,11 +14,11 @@ from harness import stats
 from harness.measure.timing import (
     CudaTimer,
     Measurement,
-    StopRule,
     WallTimer,
     floor_us,
     sample,
 )
+from harness.settings import StopRule
 
 
 class FakeTimer:

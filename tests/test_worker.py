@@ -7,7 +7,7 @@ import pytest
 from torch.utils import cpp_extension
 
 from harness.measure import worker
-from harness.measure.timing import StopRule
+from harness.settings import Checking, Places, Settings, StopRule, Timing
 from tests.conftest import TOY, toy_solution
 
 
@@ -24,15 +24,15 @@ def run_job(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
             problem="toy",
             reference=str(TOY / "reference.py"),
             solution=toy_solution(solution),
-            device="cpu",
-            trials=1,
-            seed=0,
-            rule=StopRule(warmup_ms=0, min_samples=2, max_samples=2),
-            graph=False,
-            cache_dir=str(tmp_path / "b"),
-            arch="9.0",
             log_path=str(tmp_path / "log"),
             content_hash="h",
+            settings=Settings(
+                device="cpu",
+                arch="9.0",
+                checking=Checking(trials=1, seed=0),
+                timing=Timing(rule=StopRule(warmup_ms=0, min_samples=2, max_samples=2)),
+                places=Places(build_dir=tmp_path / "b"),
+            ),
         )
         events: list[dict] = []
         result = worker.run(job, lambda kind, **data: events.append({"kind": kind, **data}))

@@ -30,7 +30,7 @@ import torch
 
 from harness import status
 from harness.errors import Verdict
-from harness.matching import compare
+from harness.matching import EXACT, mismatch
 
 POISON_BYTE = 0xFF
 JOIN_S = 2.0  # how long to wait for threads a call left running
@@ -131,7 +131,7 @@ def watched_call(model: Any, inputs: list[Any], device: torch.device, label: str
     for index, (before, after) in enumerate(zip(snapshot, tensors_in(output), strict=True)):
         if after.device.type == "meta":
             continue  # no data to change (and the comparison will say it is on the wrong device)
-        if compare(before, after, 0.0, 0.0):
+        if mismatch(before, after, EXACT):
             raise reject(
                 "late_work",
                 f"{label}: output {index} changed after the call returned (work on another "
@@ -165,7 +165,7 @@ def check_call(call: Call, pristine: list[Any], reference_inputs: list[Any], lab
                     f"{label}: the call wrote to input {index}; a solution must leave its "
                     "inputs unchanged",
                 )
-        elif report := compare(by_reference, given):
+        elif report := mismatch(by_reference, given):
             raise Verdict(
                 status.INCORRECT,
                 f"{label}: input {index} after the call differs from the reference's: {report}",

@@ -23,26 +23,18 @@ import random
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import Any
 
 import torch
 
 from harness import stats, status
-from harness.inputs import make_inputs, mixed_seed, replicate_all
+from harness.inputs import Seeds, make_inputs, replicate_all
 from harness.loading import Case, Problem
-from harness.matching import compare
+from harness.matching import mismatch, tolerance
 from harness.measure import anticheat, feeding, gpustate, roofline, timing
-from harness.measure.checking import (
-    Verdict,
-    build_models,
-    check_once,
-    describe_error,
-    guard,
-    tolerance,
-)
+from harness.measure.checking import Verdict, build_models, check_once, describe_error, guard
+from harness.settings import Settings
 
-BENCHMARK_SEED_OFFSET = 500_000
 LAUNCH_BOUND_FACTOR = 3.0  # a median under this many floors is mostly launch cost
 MAX_GRAPH_SETS = 256
 FEED_BYTES = 1 << 30  # input sets per side for the timed calls: at most this many bytes ...
@@ -54,30 +46,20 @@ SEEN_BATCHES = 5  # the wall-clock cross-check times this many batches ...
 SEEN_BATCH_US = 5000.0  # ... of about this long each (at least 3 calls, at most 200)
 
 
-@dataclass(frozen=True)
-class Settings:
-    """How to time: the stop rule, the mode, the seed, and the tolerance override."""
-
-    rule: timing.StopRule
-    graph: bool
-    seed: int
-    flush: str = "read"
-    override: tuple[float | None, float | None] = (None, None)
-    secret: int = 0  # mixed into every seed (harness.inputs.mixed_seed); 0: public seeds
-
-
 def time_benchmarks(
     problem: Problem, model_new: type, device: torch.device, settings: Settings
 ) -> list[dict[str, Any]]:
     """One row per benchmark of `problem` (see the module doc)."""
     timer = _timer(device, settings)
-    floor = timing.floor_us(timer, device, settings.rule) if device.type == "cuda" else None
+    rule = settings.timing.rule
+    floor = timing.floor_us(timer, device, rule) if device.type == "cuda" else None
+    seeds = Seeds(settings.checking.seed, settings.checking.secret)
     rows = []
     for index, bench in enumerate(problem.benchmarks):
-        seed = _seed(settings, index)
+        seed = seeds.benchmark(index)
         models = build_models(problem, model_new, bench, seed, device)
         inputs = guard(status.PROBLEM_ERROR, "get_inputs", make_inputs, bench, seed, device)
-        verdict = check_once(problem, bench, models, inputs, device, settings.override)
+        verdict = check_once(problem, bench, models, inputs, device, settings.checking.tolerance)
         if verdict:
             raise Verdict(status.INCORRECT, f"benchmark {bench.name!r}: {verdict}")
         with torch.no_grad():
@@ -102,9 +84,10 @@ def compile_baseline(
 ) -> list[dict[str, Any]]:
     """Eager and torch.compile'd reference, side by side, per benchmark; compile time apart."""
     timer = _timer(device, settings)
+    seeds = Seeds(settings.checking.seed, settings.checking.secret)
     rows = []
     for index, bench in enumerate(problem.benchmarks):
-        seed = _seed(settings, index)
+        seed = seeds.benchmark(index)
         eager, _ = build_models(problem, problem.model, bench, seed, device)
         inputs = guard(status.PROBLEM_ERROR, "get_inputs", make_inputs, bench, seed, device)
         compiled = torch.compile(eager)
@@ -116,14 +99,11 @@ def compile_baseline(
         compile_s = time.perf_counter() - begin
         calls = {"reference": eager, "compiled": compiled}
         row = {"name": bench.name, "inputs": describe_inputs(inputs), "compile_s": compile_s}
-        row["mismatch"] = compare(want, got, problem.atol, problem.rtol)
+        allowed = tolerance(problem, bench, settings.checking.tolerance)
+        row["mismatch"] = mismatch(want, got, allowed)
         row.update(_sample(calls, bench, seed, inputs, device, settings, timer))
         rows.append(row)
     return rows
-
-
-def _seed(settings: Settings, index: int) -> int:
-    return mixed_seed(settings.seed + BENCHMARK_SEED_OFFSET + index, settings.secret)
 
 
 def _spot_checker(
@@ -135,17 +115,18 @@ def _spot_checker(
     seed: int,
     label: str,
 ) -> feeding.SpotChecker:
-    check = feeding.output_check(reference, device, *tolerance(problem, bench, settings.override))
+    allowed = tolerance(problem, bench, settings.checking.tolerance)
+    check = feeding.output_check(reference, device, allowed)
     return feeding.SpotChecker(check, random.Random(seed ^ 0x5EED), device, label)
 
 
 def _timer(device: torch.device, settings: Settings, graphed: bool = False) -> timing.Timer:
     """The timer for `device`: events with the chosen flush, or for graph replays no flush."""
-    if device.type != "cuda":
+    if settings.timing.mode(device.type) == "wall_clock":
         return timing.WallTimer()
     if graphed:
         return timing.CudaTimer(device, flush=None, method="cuda_graph")
-    return timing.CudaTimer(device, settings.flush)
+    return timing.CudaTimer(device, settings.timing.flush)
 
 
 def _sample(
@@ -161,7 +142,7 @@ def _sample(
     """Sample `models` side by side with `timer` (a graph timer when the calls are graph
     replays); the row's timing fields. With a `checker`, the solution's timed calls are spot
     checked and its work cross-checked with a wall clock."""
-    calls, per_call, note = _calls(models, bench, seed, inputs, device, settings.graph, checker)
+    calls, per_call, note = _calls(models, bench, seed, inputs, device, settings, checker)
     probe = gpustate.open_probe(device) if device.type == "cuda" else None
     if per_call > 1:
         timer = _timer(device, settings, graphed=True)
@@ -173,7 +154,7 @@ def _sample(
             timing.sample,
             calls,
             timer,
-            settings.rule,
+            settings.timing.rule,
             time.perf_counter,
             after,
         )
@@ -244,11 +225,11 @@ def _calls(
     seed: int,
     inputs: list[Any],
     device: torch.device,
-    graph: bool,
+    settings: Settings,
     checker: feeding.SpotChecker | None = None,
 ) -> tuple[dict[str, Callable[[], object]], int, str | None]:
     """The zero-argument calls to time, how many model calls each makes, and a note."""
-    if graph and device.type == "cuda":
+    if settings.timing.mode(device.type) == "cuda_graph":
         try:
             sets = _graph_sets(bench, seed, inputs, device)
             replays = {name: _graphed(model, sets, device) for name, model in models.items()}

@@ -2,11 +2,12 @@
 
 Model and ModelNew are built from the same seed in eval() mode, with the reference's matching
 parameters copied into ModelNew. Each trial draws fresh inputs from a seed that mixes the public
-one with the run's secret (harness.inputs.mixed_seed), so no solution can know them in advance.
+one with the run's secret (harness.inputs.Seeds), so no solution can know them in advance.
 On each, the solution runs twice, once before and once after the reference, each time on its own
 copy of the inputs and with freed memory poisoned first; the reference runs on a pristine copy.
-Both solution calls must keep the rules of harness.anticheat and match the reference under
-harness.compare. Any failure ends the check with a Verdict naming the case.
+Both solution calls must keep the rules of harness.anticheat and match the reference within the
+tolerance that harness.matching.tolerance gives. Any failure ends the check with a Verdict
+naming the case.
 """
 
 from __future__ import annotations
@@ -20,45 +21,33 @@ import torch
 from harness import status
 from harness.errors import Verdict
 from harness.inputs import (
+    Seeds,
     make_init_inputs,
     make_inputs,
-    mixed_seed,
     replicate_all,
     seed_everything,
 )
 from harness.loading import Case, Problem
-from harness.matching import compare
+from harness.matching import DTYPE_DEFAULT, Tolerance, mismatch, tolerance
 from harness.measure import anticheat
-
-CASE_SEED_STRIDE = 1000  # case k draws its trials from seeds seed + 1000 k + 1, 2, ...
-Tolerance = tuple[float | None, float | None]  # (atol, rtol) given on the command line
-
+from harness.settings import Checking
 
 __all__ = ["Verdict", "build_models", "check_cases", "check_once"]
 
 
-def check_cases(
-    problem: Problem,
-    model_new: type,
-    device: torch.device,
-    *,
-    trials: int,
-    seed: int,
-    secret: int = 0,
-    override: Tolerance = (None, None),
-) -> int:
-    """Check every case `trials` times with fresh inputs; return the number of checks made.
-    With `secret` 0 the inputs come from the public seeds alone."""
+def check_cases(problem: Problem, model_new: type, device: torch.device, checking: Checking) -> int:
+    """Check every case `checking.trials` times with fresh inputs (harness.inputs.Seeds);
+    return the number of checks made."""
+    seeds = Seeds(checking.seed, checking.secret)
     checks = 0
     for index, case in enumerate(problem.cases):
-        model_seed = seed + CASE_SEED_STRIDE * index
-        models = build_models(problem, model_new, case, model_seed, device)
-        for trial in range(1, trials + 1):
-            trial_seed = mixed_seed(model_seed + trial, secret)
+        models = build_models(problem, model_new, case, seeds.case(index), device)
+        for trial in range(1, checking.trials + 1):
+            trial_seed = seeds.trial(index, trial)
             inputs = guard(
                 status.PROBLEM_ERROR, "get_inputs", make_inputs, case, trial_seed, device
             )
-            verdict = check_once(problem, case, models, inputs, device, override)
+            verdict = check_once(problem, case, models, inputs, device, checking.tolerance)
             if verdict:
                 raise Verdict(status.INCORRECT, f"case {case.name!r}, seed {trial_seed}: {verdict}")
             checks += 1
@@ -94,7 +83,7 @@ def check_once(
     models: tuple[Any, Any],
     inputs: list[Any],
     device: torch.device,
-    override: Tolerance = (None, None),
+    override: Tolerance = DTYPE_DEFAULT,
 ) -> str | None:
     """None when the solution matches the reference on `inputs`, else the mismatch; a broken
     rule of harness.anticheat raises a Verdict (see the module doc for the order of calls)."""
@@ -111,11 +100,11 @@ def check_once(
         second = solution_call(solution, inputs, device, label, sizes)
     for made in (first, second):
         anticheat.check_call(made, inputs, given, label)
-    atol, rtol = tolerance(problem, case, override)
-    report = compare(expected, first.output, atol, rtol)
+    allowed = tolerance(problem, case, override)
+    report = mismatch(expected, first.output, allowed)
     if report:
         return report + anticheat.poison_note(first.output)
-    report = compare(expected, second.output, atol, rtol)
+    report = mismatch(expected, second.output, allowed)
     if report:
         raise anticheat.reject(
             "nondeterministic",
@@ -180,19 +169,6 @@ def call(model: Any, inputs: list[Any], device: torch.device) -> Any:
     if device.type == "cuda":
         torch.cuda.synchronize(device)  # an asynchronous CUDA error surfaces here, in the call
     return output
-
-
-def tolerance(problem: Problem, case: Case, override: Tolerance) -> Tolerance:
-    """(atol, rtol) for `case`: the command line's, else the case's, else the problem's, else
-    None (harness.compare then takes the dtype's default)."""
-    return (
-        _first_set(override[0], case.atol, problem.atol),
-        _first_set(override[1], case.rtol, problem.rtol),
-    )
-
-
-def _first_set(*values: float | None) -> float | None:
-    return next((v for v in values if v is not None), None)
 
 
 def guard(failure: str, label: str, fn: Callable[..., Any], *args: Any) -> Any:

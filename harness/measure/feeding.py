@@ -22,7 +22,7 @@ import torch
 from harness import status
 from harness.errors import Verdict
 from harness.inputs import replicate_all
-from harness.matching import compare
+from harness.matching import Tolerance, mismatch
 from harness.measure import anticheat
 
 # (output, pristine inputs, label) -> raises on a mismatch
@@ -138,14 +138,12 @@ class Feed:
         return output
 
 
-def output_check(
-    reference: Any, device: torch.device, atol: float | None, rtol: float | None
-) -> Check:
+def output_check(reference: Any, device: torch.device, tolerance: Tolerance) -> Check:
     """A Check comparing an output with the reference's on the same (pristine) inputs."""
 
     def check(output: Any, pristine: list[Any], label: str) -> None:
         expected = reference(*replicate_all(pristine, device))
-        report = compare(expected, output, atol, rtol)
+        report = mismatch(expected, output, tolerance)
         if report:
             raise Verdict(status.INCORRECT, f"{label}: {report}{anticheat.poison_note(output)}")
 

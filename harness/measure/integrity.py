@@ -4,7 +4,7 @@ Before the solution is imported, the worker records the identity of every clock,
 and synchronisation function, every comparison function of torch, and every function and class
 of the harness's own modules. After the import, after the checks and after the timing, each must
 still be the same object: a solution that swaps `torch.cuda.Event`, `torch.cuda.synchronize`,
-`time.perf_counter`, `torch.allclose` or `harness.compare.compare` is rejected with reason
+`time.perf_counter`, `torch.allclose` or `harness.matching.mismatch` is rejected with reason
 "timer_replaced" (or "harness_replaced"), naming what it replaced.
 
 Attributes a module gains later are not checked (torch adds lazily imported submodules); only

@@ -1,14 +1,8 @@
 """Time zero-argument calls side by side until the samples are precise enough.
 
-The stopping rule (`StopRule`; run.py's flags set each field, `-h` shows the defaults):
-  1. Warm up: untimed rounds until `warmup_ms` of wall time has passed (at least one round).
-  2. Sample in rounds. A round times each call once, back to back; the order turns by one each
-     round (A B, B A, A B, ...), so neither call always runs first. Rounds come in batches,
-     each batch as large as all the rounds so far (1x, 2x, 4x, ...) and at least `min_samples`.
-  3. After each batch, stop when every call has at least `min_samples` samples and the
-     relative standard error of each call's mean (std / sqrt(n) / mean) is at most
-     `target_rse` ("target"); or when `budget_ms` of sampling time has passed ("budget"); or
-     at `max_samples` rounds ("cap"). The budget never cuts below `min_samples`.
+The stopping rule is `harness.settings.StopRule`, whose docstring writes it down (run.py's `-h`
+prints it): warm up, then sample in rounds whose order turns each round, in doubling batches,
+until each call's relative standard error is small enough, the budget is spent, or the cap.
 Because each round holds one sample of every call taken at nearly the same moment, the samples
 are paired: clock, temperature and neighbour drift hit both, and stats.paired_ratio turns them
 into a speedup with an interval.
@@ -32,84 +26,16 @@ import statistics
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Protocol
 
 import torch
 
-from harness import stats
+from harness import settings, stats
+from harness.record import Measurement
+from harness.settings import StopRule
 
 Call = Callable[[], object]
 Clock = Callable[[], float]  # seconds
-
-
-@dataclass(frozen=True)
-class StopRule:
-    """When to stop sampling; the one place the defaults live."""
-
-    warmup_ms: float = 50.0
-    min_samples: int = 10
-    max_samples: int = 2000
-    target_rse: float = 0.005
-    budget_ms: float = 2000.0
-
-    def __post_init__(self) -> None:
-        if self.warmup_ms < 0 or self.budget_ms <= 0 or self.target_rse <= 0:
-            raise ValueError(f"need warmup_ms >= 0, budget_ms > 0, target_rse > 0: {self}")
-        if not 1 <= self.min_samples <= self.max_samples:
-            raise ValueError(f"need 1 <= min_samples <= max_samples: {self}")
-
-
-@dataclass(frozen=True)
-class Measurement:
-    """Raw timings of one call, in microseconds, with statistics derived from them."""
-
-    times_us: tuple[float, ...]
-    method: str  # "cuda_events", "cuda_graph" or "wall_clock"
-    host_us: float | None = None  # median host time to enqueue the call (GPU timers)
-
-    @property
-    def count(self) -> int:
-        return len(self.times_us)
-
-    @property
-    def median_us(self) -> float:
-        return statistics.median(self.times_us)
-
-    @property
-    def iqr_us(self) -> float:
-        """Interquartile range: the spread of the middle half of the samples."""
-        if self.count < 2:
-            return 0.0
-        q1, _, q3 = statistics.quantiles(self.times_us, n=4, method="inclusive")
-        return q3 - q1
-
-    @property
-    def spread(self) -> float:
-        """IQR as a fraction of the median (0.02 means the middle half spans 2% of it)."""
-        return self.iqr_us / self.median_us if self.median_us > 0 else 0.0
-
-    @property
-    def rse(self) -> float:
-        return stats.relative_standard_error(self.times_us)
-
-    def to_dict(self) -> dict[str, Any]:
-        interval = stats.median_interval(self.times_us)
-        return {
-            "method": self.method,
-            "count": self.count,
-            "median_us": self.median_us,
-            "median_low_us": interval.low,
-            "median_high_us": interval.high,
-            "iqr_us": self.iqr_us,
-            "min_us": min(self.times_us),
-            "rse": self.rse,
-            "host_us": self.host_us,
-            "times_us": list(self.times_us),
-        }
-
-    @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> Measurement:
-        return cls(tuple(data["times_us"]), data["method"], data.get("host_us"))
 
 
 class Timer(Protocol):
@@ -235,7 +161,7 @@ class WallTimer:
 # triton's do_bench does: the call then starts with L2 full of dirty lines, and pays for writing
 # them back as it evicts them (measured on the H200: up to 6 us on a 24 us kernel). None: no
 # flush (CUDA-graph mode, where rotated input sets keep the cache cold).
-FLUSHES = ("read", "write", None)
+FLUSHES = (*settings.FLUSHES, None)  # None: no flush (CUDA-graph replays)
 
 
 class CudaTimer:

@@ -20,7 +20,9 @@ under torch.compile, side by side, for the session's baseline cache.
 
 from __future__ import annotations
 
+import ctypes
 import faulthandler
+import multiprocessing
 import os
 import signal
 import sys
@@ -34,39 +36,57 @@ import torch  # importing torch does not import its extension builder: that wait
 
 from harness import status
 from harness.errors import UserError, Verdict
-from harness.inputs import make_inputs, mixed_seed, replicate_all
+from harness.inputs import Seeds, make_inputs, replicate_all
 from harness.loading import Problem, import_file, load_problem
-from harness.measure import integrity, profiling, timing
-from harness.measure.benchmarking import Settings, compile_baseline, time_benchmarks
+from harness.measure import integrity, profiling
+from harness.measure.benchmarking import compile_baseline, time_benchmarks
 from harness.measure.builds import BuildWatcher, NoCudaToolchain
 from harness.measure.checking import build_models, check_cases, describe_error, guard
+from harness.settings import Settings
 from harness.toolchain import find_cuda_home, use_build_cache
 
 
 @dataclass(frozen=True)
 class Job:
-    """Everything a worker needs; plain values so it crosses the process boundary."""
+    """Everything a worker needs: what to run, and the run's settings, whole."""
 
     problem: str
     reference: str
     solution: str
-    device: str
-    trials: int
-    seed: int
-    rule: timing.StopRule
-    graph: bool
-    cache_dir: str
-    arch: str
     log_path: str
     content_hash: str
-    atol: float | None = None
-    rtol: float | None = None
-    flush: str = "read"
+    settings: Settings
     task: str = "solution"  # or "compile_baseline": time the reference under torch.compile
-    secret: int = 0  # mixed into every input seed (harness.inputs.mixed_seed); 0: public seeds
 
 
 Send = Callable[..., None]
+
+
+def entry(job: Job, conn: Any) -> None:
+    """The worker's entry point: ignore Ctrl-C, the parent's to handle (this drops one pressed
+    while the worker started), then unblock it, so the build tools it starts get the usual
+    mask (ninja stops a build on Ctrl-C)."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
+    _die_with_parent()
+    main(job, conn)
+
+
+PR_SET_PDEATHSIG = 1  # from <sys/prctl.h>
+
+
+def _die_with_parent() -> None:
+    """On Linux, have the kernel kill this worker when the harness dies, even of SIGKILL,
+    so no hanging solution outlives it holding a GPU. Elsewhere, nothing."""
+    parent = multiprocessing.parent_process()
+    if not sys.platform.startswith("linux") or parent is None:
+        return
+    try:
+        ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
+    except (OSError, AttributeError):
+        return
+    if os.getppid() != parent.pid:  # the harness died before the request took effect
+        os._exit(1)
 
 
 def main(job: Job, conn: Any) -> None:
@@ -105,7 +125,7 @@ def run(job: Job, send: Send) -> dict[str, Any]:
         problem, device = _setup(job)
         if job.task == "compile_baseline":
             send("phase", phase="time")
-            result["benchmarks"] = compile_baseline(problem, device, _settings(job))
+            result["benchmarks"] = compile_baseline(problem, device, job.settings)
             return result
         watcher = BuildWatcher(send, _cuda_unavailable(), Path(job.log_path))
         watcher.install()
@@ -116,18 +136,10 @@ def run(job: Job, send: Send) -> dict[str, Any]:
         device = _device_for(device, watcher)
         result["device"] = str(device)
         send("phase", phase="check")
-        result["checks"] = check_cases(
-            problem,
-            model_new,
-            device,
-            trials=job.trials,
-            seed=job.seed,
-            secret=job.secret,
-            override=_override(job),
-        )
+        result["checks"] = check_cases(problem, model_new, device, job.settings.checking)
         snapshot.verify("during the checks")
         send("phase", phase="time")
-        result["benchmarks"] = time_benchmarks(problem, model_new, device, _settings(job))
+        result["benchmarks"] = time_benchmarks(problem, model_new, device, job.settings)
         snapshot.verify("during the timing")
         result["warnings"] = _own_work(job, problem, model_new, device, bool(watcher.builds))
     except Verdict as verdict:  # a row without timings: they mean nothing for a failed solution
@@ -147,8 +159,9 @@ def run(job: Job, send: Send) -> dict[str, Any]:
 
 
 def _setup(job: Job) -> tuple[Problem, torch.device]:
+    settings = job.settings
     folder = use_build_cache(
-        Path(job.cache_dir), job.problem, Path(job.solution), job.arch, job.content_hash
+        settings.places.build_dir, job.problem, Path(job.solution), settings.arch, job.content_hash
     )
     print(f"build folder: {folder}", flush=True)
     # Full float32 precision for the reference: TF32 convolutions would make it less exact than
@@ -159,7 +172,7 @@ def _setup(job: Job) -> tuple[Problem, torch.device]:
         problem = load_problem(job.problem, Path(job.reference))
     except UserError as err:
         raise Verdict(status.PROBLEM_ERROR, str(err)) from err
-    device = torch.device(job.device)
+    device = torch.device(settings.device)
     if device.type == "cuda":
         device = torch.device("cuda", device.index or 0)  # set_device needs an index
         torch.cuda.set_device(device)
@@ -206,9 +219,9 @@ def _own_work(
     """Profile one call of each side on the first case (harness.profiling): warnings, or the
     "no_own_kernel" rejection. A profiler that fails here only costs the check, with a warning."""
     case = problem.cases[0]
-    seed = mixed_seed(job.seed, job.secret)
-    reference, solution = build_models(problem, model_new, case, seed, device)
-    inputs = guard(status.PROBLEM_ERROR, "get_inputs", make_inputs, case, seed, device)
+    seeds = Seeds(job.settings.checking.seed, job.settings.checking.secret)
+    reference, solution = build_models(problem, model_new, case, seeds.case(0), device)
+    inputs = guard(status.PROBLEM_ERROR, "get_inputs", make_inputs, case, seeds.trial(0, 1), device)
 
     def profiled(model: Any) -> profiling.Profile:
         own = replicate_all(inputs, device)  # copied outside the profile: only the call counts
@@ -246,11 +259,3 @@ NO_GPU_MESSAGES = (
 def _needs_gpu(err: BaseException) -> bool:
     text = str(err).lower()
     return any(message in text for message in NO_GPU_MESSAGES)
-
-
-def _override(job: Job) -> tuple[float | None, float | None]:
-    return (job.atol, job.rtol)
-
-
-def _settings(job: Job) -> Settings:
-    return Settings(job.rule, job.graph, job.seed, job.flush, _override(job), job.secret)

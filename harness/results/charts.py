@@ -12,7 +12,8 @@ import io
 from pathlib import Path
 from typing import Any
 
-from harness import files
+from harness import files, status
+from harness.record import RunRecord
 from harness.results import report
 from harness.results.summary import CPU_MARK, ran_on_cpu_beside_gpu
 
@@ -21,19 +22,19 @@ BAR_HEIGHT_IN = 0.32  # figure inches per bar
 MARGIN_IN = 1.4  # figure inches for title and axis
 
 
-def chart_bars(problem_records: list[dict[str, Any]]) -> list[dict[str, Any]]:
+def chart_bars(problem_records: list[RunRecord]) -> list[dict[str, Any]]:
     """One bar per (solution, shape) of the ok records: label, shape, value, low, high."""
     bars = []
     for record in problem_records:
-        if record.get("status") != "ok":
+        if record.status != status.OK:
             continue
         mark = CPU_MARK if ran_on_cpu_beside_gpu(record) else ""
-        for bench in record.get("benchmarks") or []:
+        for bench in record.benchmarks:
             speedup = report.bench_speedup(bench)
             shape = report.bench_label(bench)
             bars.append(
                 {
-                    "label": f"{record['solution']}{mark}  {shape}",
+                    "label": f"{record.solution}{mark}  {shape}",
                     "shape": shape,
                     "value": speedup.value,
                     "low": min(speedup.low, speedup.value),
@@ -87,22 +88,21 @@ def _draw(axes: Any, problem: str, gpu: str, bars: list[dict[str, Any]]) -> None
     axes.grid(axis="x", which="both", alpha=0.3)
 
 
-def write_chart(folder: Path, problem: str) -> Path | None:
-    """Re-draw `<problem>.svg` in `folder` from its run log; returns its path.
+def write_chart(folder: Path, problem: str, records: list[RunRecord]) -> Path | None:
+    """Re-draw `<problem>.svg` in `folder` from `records` (its run log, as harness.record.read
+    gives it); returns its path. The caller holds the folder's lock (harness.results.rendering).
 
     None, writing nothing, when matplotlib is missing or no solution of `problem` is ok.
     """
-    with files.locked(folder):
-        problem_records = report.latest_per_solution(files.read(folder), problem)
-        bars = chart_bars(problem_records)
-        if not bars:
-            return None
-        newest = max(problem_records, key=lambda r: r.get("time", ""))
-        gpu = newest.get("machine", {}).get("gpu") or "CPU"
-        try:
-            svg = render_svg(problem, gpu, bars)
-        except ImportError:
-            return None
-        path = folder / f"{problem}.svg"
-        files.write_atomic(path, svg)
+    problem_records = report.latest_per_solution(records, problem)
+    bars = chart_bars(problem_records)
+    newest = report.newest(problem_records)
+    if not bars or newest is None:
+        return None
+    try:
+        svg = render_svg(problem, newest.machine.gpu or "CPU", bars)
+    except ImportError:
+        return None
+    path = folder / f"{problem}.svg"
+    files.write_atomic(path, svg)
     return path

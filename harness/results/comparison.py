@@ -16,8 +16,9 @@ from typing import Any
 
 from tabulate import tabulate
 
-from harness import files, stats
+from harness import record, stats
 from harness.errors import UserError
+from harness.record import BenchRow, RunRecord
 from harness.results import report
 from harness.results.summary import CPU_MARK, latest_records, ran_on_cpu_beside_gpu
 
@@ -32,16 +33,16 @@ class Side:
     spec: str
     folder: Path
     ref: str | None
-    latest: list[dict[str, Any]]
+    latest: list[RunRecord]
 
     def commits(self) -> list[str]:
-        return sorted({r.get("machine", {}).get("commit") or "?" for r in self.latest})
+        return sorted({r.machine.commit or "?" for r in self.latest})
 
     def gpus(self) -> list[str]:
-        return sorted({r.get("machine", {}).get("gpu") or "CPU" for r in self.latest})
+        return sorted({r.machine.gpu or "CPU" for r in self.latest})
 
     def run_ids(self) -> list[str]:
-        return sorted({r.get("run_id") or "?" for r in self.latest})
+        return sorted({r.run_id for r in self.latest})
 
 
 def parse_spec(spec: str) -> tuple[Path, str | None]:
@@ -58,9 +59,9 @@ def parse_spec(spec: str) -> tuple[Path, str | None]:
 def select(spec: str) -> Side:
     """The side a spec names; a UserError when its folder has no records or its ref matches none."""
     folder, ref = parse_spec(spec)
-    all_records = files.read(folder)
+    all_records = record.read(folder)
     if not all_records:
-        raise UserError(f"{folder}: no recorded runs there (no {files.LOG_NAME} with records)")
+        raise UserError(f"{folder}: no recorded runs there (no {record.LOG_NAME} with records)")
     picked = [r for r in all_records if ref is None or _matches(r, ref)]
     if not picked:
         raise UserError(
@@ -70,17 +71,14 @@ def select(spec: str) -> Side:
     return Side(spec, folder, ref, latest_records(picked))
 
 
-def _matches(record: dict[str, Any], ref: str) -> bool:
-    commit = record.get("machine", {}).get("commit") or ""
-    return str(record.get("run_id", "")).startswith(ref) or commit.startswith(ref)
+def _matches(run: RunRecord, ref: str) -> bool:
+    return run.run_id.startswith(ref) or (run.machine.commit or "").startswith(ref)
 
 
-def _choices(all_records: list[dict[str, Any]]) -> str:
+def _choices(all_records: list[RunRecord]) -> str:
     """'run ids a, b; commits c, d': the newest few of each, for an error message."""
-    run_ids = list(dict.fromkeys(str(r.get("run_id")) for r in reversed(all_records)))
-    commits = list(
-        dict.fromkeys(c for r in reversed(all_records) if (c := r.get("machine", {}).get("commit")))
-    )
+    run_ids = list(dict.fromkeys(r.run_id for r in reversed(all_records)))
+    commits = list(dict.fromkeys(c for r in reversed(all_records) if (c := r.machine.commit)))
     return (
         f"run ids {', '.join(run_ids[:SHOWN_CHOICES])}"
         f"; commits {', '.join(commits[:SHOWN_CHOICES]) or 'none recorded'}"
@@ -96,17 +94,14 @@ def verdict(ratio: stats.Interval, threshold: float = THRESHOLD) -> str:
     return "unchanged"
 
 
-def time_ratio(old_bench: dict[str, Any], new_bench: dict[str, Any]) -> stats.Interval:
+def time_ratio(old_bench: BenchRow, new_bench: BenchRow) -> stats.Interval:
     """Old median time over new, with an unpaired interval from both sides' samples."""
-    return stats.unpaired_ratio(_samples(old_bench), _samples(new_bench))
+    return stats.unpaired_ratio(old_bench.solution.times_us, new_bench.solution.times_us)
 
 
-def _samples(bench: dict[str, Any]) -> list[float]:
-    timing = bench["solution"]
-    return list(timing.get("times_us") or [timing["median_us"]])
-
-
-def compare(old: Side, new: Side, threshold: float = THRESHOLD) -> dict[str, list[dict[str, Any]]]:
+def compare_runs(
+    old: Side, new: Side, threshold: float = THRESHOLD
+) -> dict[str, list[dict[str, Any]]]:
     """Rows of a comparison: 'shapes' timed on both sides, 'status' changes, 'only_old' and
     'only_new' for solutions or shapes present on one side."""
     old_by, new_by = _by_solution(old.latest), _by_solution(new.latest)
@@ -124,40 +119,38 @@ def compare(old: Side, new: Side, threshold: float = THRESHOLD) -> dict[str, lis
             side = "only_old" if after is None else "only_new"
             result[side].append(_one_sided(one, "(every shape)"))
             continue
-        if before["status"] != after["status"]:
-            result["status"].append(
-                {**_names(before), "old": before["status"], "new": after["status"]}
-            )
+        if before.status != after.status:
+            result["status"].append({**_names(before), "old": before.status, "new": after.status})
         _compare_shapes(before, after, threshold, result)
     return result
 
 
-def _by_solution(latest: list[dict[str, Any]]) -> dict[tuple[str, str], dict[str, Any]]:
-    return {(r["problem"], r["solution_path"]): r for r in latest}
+def _by_solution(latest: list[RunRecord]) -> dict[tuple[str, str], RunRecord]:
+    return {(r.problem, r.solution_path): r for r in latest}
 
 
-def _shape_key(bench: dict[str, Any]) -> tuple[str, tuple[str, ...]]:
+def _shape_key(bench: BenchRow) -> tuple[str, tuple[str, ...]]:
     """A shape is its name and its inputs: a 'default' whose inputs changed is another shape."""
-    return bench["name"], tuple(bench.get("inputs") or ())
+    return bench.name, bench.inputs
 
 
-def _names(record: dict[str, Any]) -> dict[str, Any]:
-    cpu = CPU_MARK if ran_on_cpu_beside_gpu(record) else ""
-    return {"problem": record["problem"], "solution": record["solution"] + cpu}
+def _names(run: RunRecord) -> dict[str, Any]:
+    cpu = CPU_MARK if ran_on_cpu_beside_gpu(run) else ""
+    return {"problem": run.problem, "solution": run.solution + cpu}
 
 
-def _one_sided(record: dict[str, Any], shape: str) -> dict[str, Any]:
-    return {**_names(record), "shape": shape, "status": record["status"]}
+def _one_sided(run: RunRecord, shape: str) -> dict[str, Any]:
+    return {**_names(run), "shape": shape, "status": run.status}
 
 
 def _compare_shapes(
-    before: dict[str, Any],
-    after: dict[str, Any],
+    before: RunRecord,
+    after: RunRecord,
     threshold: float,
     result: dict[str, list[dict[str, Any]]],
 ) -> None:
-    old_shapes = {_shape_key(b): b for b in before.get("benchmarks") or []}
-    new_shapes = {_shape_key(b): b for b in after.get("benchmarks") or []}
+    old_shapes = {_shape_key(b): b for b in before.benchmarks}
+    new_shapes = {_shape_key(b): b for b in after.benchmarks}
     for key, old_bench in old_shapes.items():
         if key not in new_shapes:
             result["only_old"].append(_one_sided(before, report.bench_label(old_bench)))
@@ -168,8 +161,8 @@ def _compare_shapes(
             {
                 **_names(after),
                 "shape": report.bench_label(new_bench),
-                "old_us": old_bench["solution"]["median_us"],
-                "new_us": new_bench["solution"]["median_us"],
+                "old_us": old_bench.solution.median_us,
+                "new_us": new_bench.solution.median_us,
                 "ratio": ratio,
                 "verdict": verdict(ratio, threshold),
                 "old_speedup": report.bench_speedup(old_bench).value,
@@ -185,7 +178,7 @@ def render_comparison(old_spec: str, new_spec: str, threshold: float = THRESHOLD
     """The comparison of two specs as markdown: both sides, shapes with verdicts, and what
     changed status or is present on one side only."""
     old, new = select(old_spec), select(new_spec)
-    result = compare(old, new, threshold)
+    result = compare_runs(old, new, threshold)
     verdicts = [row["verdict"] for row in result["shapes"]]
     counts = ", ".join(f"{verdicts.count(v)} {v}" for v in ("faster", "slower", "unchanged"))
     parts = [

@@ -1,23 +1,42 @@
 """Render everything a results folder shows from its recorded files: per problem its table
-(markdown and CSV) and chart, and the summary across problems. Needs no GPU."""
+(markdown and CSV) and chart, and the summary across problems. Needs no GPU.
+
+Each render holds the folder's lock and reads its run log once, then hands the records to the
+chart, the tables and the summary: a run that appends meanwhile waits, so a page never mixes
+two versions of the log, and the last render to finish shows every record.
+"""
 
 from __future__ import annotations
 
 from pathlib import Path
 
-from harness import files
+from harness import files, record
+from harness.record import RunRecord
 from harness.results import charts, report, summary
 
 
 def render_problem(folder: Path, problem: str) -> Path:
     """The problem's chart (when matplotlib is installed) and tables; returns the table."""
-    chart = charts.write_chart(folder, problem)
-    markdown, _ = report.write_tables(folder, problem, chart.name if chart else None)
-    return markdown
+    with files.locked(folder):
+        return _problem(folder, problem, record.read(folder))
+
+
+def render_summary(folder: Path) -> Path:
+    """The summary across the folder's problems; returns its path."""
+    with files.locked(folder):
+        return summary.write_summary(folder, record.read(folder))
 
 
 def render_folder(folder: Path) -> list[Path]:
     """Every problem recorded in `folder`, then its summary; returns the files written."""
-    problems = sorted({r["problem"] for r in files.read(folder) if "problem" in r})
-    written = [render_problem(folder, problem) for problem in problems]
-    return [*written, summary.write_summary(folder)]
+    with files.locked(folder):
+        records = record.read(folder)
+        problems = sorted({r.problem for r in records})
+        written = [_problem(folder, problem, records) for problem in problems]
+        return [*written, summary.write_summary(folder, records)]
+
+
+def _problem(folder: Path, problem: str, records: list[RunRecord]) -> Path:
+    chart = charts.write_chart(folder, problem, records)
+    markdown, _ = report.write_tables(folder, problem, records, chart.name if chart else None)
+    return markdown

@@ -13,7 +13,8 @@ from typing import Any
 import pandas as pd
 from tabulate import tabulate
 
-from harness import files
+from harness import files, status
+from harness.record import LOG_NAME, BenchRow, Ceiling, GpuState, Machine, RunRecord
 from harness.stats import Interval
 
 NOTES_CHARS = 160  # a markdown cell longer than this is cut; the CSV keeps it whole
@@ -66,75 +67,79 @@ CSV_COLUMNS = [c for c in COLUMNS if c not in ("notes", "speedup", "vs_compile")
 ]
 
 
-def latest_per_solution(all_records: list[dict[str, Any]], problem: str) -> list[dict[str, Any]]:
+def latest_per_solution(all_records: list[RunRecord], problem: str) -> list[RunRecord]:
     """The newest record of each solution (keyed by path) of `problem`, sorted by name."""
-    latest: dict[str, dict[str, Any]] = {}
+    latest: dict[str, RunRecord] = {}
     for record in all_records:
-        if record.get("problem") == problem:
-            latest[record["solution_path"]] = record
-    return sorted(latest.values(), key=lambda r: r["solution"])
+        if record.problem == problem:
+            latest[record.solution_path] = record
+    return sorted(latest.values(), key=lambda r: r.solution)
 
 
-def table_rows(problem_records: list[dict[str, Any]]) -> list[dict[str, Any]]:
+def newest(records: list[RunRecord]) -> RunRecord | None:
+    """The record made last, or None when there is none."""
+    return max(records, key=lambda r: r.time, default=None)
+
+
+def table_rows(problem_records: list[RunRecord]) -> list[dict[str, Any]]:
     """One row per (solution, benchmark); a solution that did not reach timing gets one row."""
-    stems = [record["solution"] for record in problem_records]
+    stems = [record.solution for record in problem_records]
     rows = []
     for record in problem_records:
         # Two files of the same name from different folders are told apart by their paths.
-        unique = stems.count(record["solution"]) == 1
+        unique = stems.count(record.solution) == 1
         base = {
-            "solution": record["solution"] if unique else record["solution_path"],
-            "status": record["status"],
-            "when": _short_time(record.get("time")),
-            "detail": record.get("detail") or _device_note(record),
-            "warnings": "; ".join(record.get("warnings") or []),
-            "log": record.get("log"),
-            "solution_path": record["solution_path"],
-            "run_id": record.get("run_id"),
+            "solution": record.solution if unique else record.solution_path,
+            "status": record.status,
+            "when": _short_time(record.time),
+            "detail": record.detail or _device_note(record),
+            "warnings": "; ".join(record.warnings),
+            "log": record.log,
+            "solution_path": record.solution_path,
+            "run_id": record.run_id,
         }
-        benchmarks = record.get("benchmarks") or []
-        if not benchmarks:
+        if not record.benchmarks:
             rows.append({**base, "shape": "-"})
-        for bench in benchmarks:
-            ceiling = record.get("ceiling") if record.get("device") != "cpu" else None
+        ceiling = record.ceiling if record.device != "cpu" else None
+        for bench in record.benchmarks:
             rows.append({**base, **_timing_columns(bench, ceiling)})
     return rows
 
 
-def _timing_columns(bench: dict[str, Any], ceiling: dict[str, Any] | None) -> dict[str, Any]:
-    solution, reference = bench["solution"], bench["reference"]
+def _timing_columns(bench: BenchRow, ceiling: Ceiling | None) -> dict[str, Any]:
+    solution, reference = bench.solution, bench.reference
     speedup = bench_speedup(bench)
     columns: dict[str, Any] = {
         "shape": bench_label(bench),
-        "median_us": solution["median_us"],
-        "iqr_pct": 100 * solution["iqr_us"] / solution["median_us"],
-        "n": solution["count"],
-        "ref_median_us": reference["median_us"],
-        "ref_iqr_pct": 100 * reference["iqr_us"] / reference["median_us"],
+        "median_us": solution.median_us,
+        "iqr_pct": 100 * solution.iqr_us / solution.median_us,
+        "n": solution.count,
+        "ref_median_us": reference.median_us,
+        "ref_iqr_pct": 100 * reference.iqr_us / reference.median_us,
         "speedup": speedup.value,
-        "speedup_low": speedup.low if bench.get("speedup") else None,
-        "speedup_high": speedup.high if bench.get("speedup") else None,
-        "rse": solution.get("rse"),
-        "ref_rse": reference.get("rse"),
-        "stop": bench.get("stop"),
-        "mode": bench.get("mode"),
-        "floor_us": bench.get("floor_us"),
-        "launch_bound": bench.get("launch_bound"),
-        "bytes": bench.get("bytes"),
-        "flops": bench.get("flops"),
+        "speedup_low": speedup.low if bench.speedup else None,
+        "speedup_high": speedup.high if bench.speedup else None,
+        "rse": solution.rse,
+        "ref_rse": reference.rse,
+        "stop": bench.stop,
+        "mode": bench.mode,
+        "floor_us": bench.floor_us,
+        "launch_bound": bench.launch_bound,
+        "bytes": bench.bytes,
+        "flops": bench.flops,
     }
     columns.update(_roofline_columns(bench, ceiling))
     columns.update(_compile_columns(bench))
-    columns.update(_state_columns(bench.get("state")))
+    columns.update(_state_columns(bench.state))
     columns["flags"] = "; ".join(flags(bench, columns))
     return columns
 
 
-def _roofline_columns(bench: dict[str, Any], ceiling: dict[str, Any] | None) -> dict[str, Any]:
-    median_us = bench["solution"]["median_us"]
-    gbps = bench["bytes"] / median_us / 1e3 if bench.get("bytes") else None
-    tflops = bench["flops"] / median_us / 1e6 if bench.get("flops") else None
-    copy = (ceiling or {}).get("copy_gbps")
+def _roofline_columns(bench: BenchRow, ceiling: Ceiling | None) -> dict[str, Any]:
+    median_us = bench.solution.median_us
+    gbps = bench.bytes / median_us / 1e3 if bench.bytes else None
+    tflops = bench.flops / median_us / 1e6 if bench.flops else None
+    copy = ceiling.copy_gbps if ceiling else None
     return {
         "gbps": gbps,
         "tflops": tflops,
@@ -142,35 +147,35 @@ def _roofline_columns(bench: dict[str, Any], ceiling: dict[str, Any] | None) -> 
     }
 
 
-def _compile_columns(bench: dict[str, Any]) -> dict[str, Any]:
-    versus, compiled = bench_vs_compile(bench), bench.get("compile")
+def _compile_columns(bench: BenchRow) -> dict[str, Any]:
+    versus, compiled = bench_vs_compile(bench), bench.compile
     if not compiled:
         return {}
     if not versus:
         return {
-            "compile_median_us": compiled["median_us"],
-            "compile_mismatch": compiled["mismatch"],
+            "compile_median_us": compiled.median_us,
+            "compile_mismatch": compiled.mismatch,
         }
     return {
         "vs_compile": versus.value,
         "vs_compile_low": versus.low,
         "vs_compile_high": versus.high,
-        "compile_median_us": compiled["median_us"],
-        "compile_cached": compiled.get("cached"),
+        "compile_median_us": compiled.median_us,
+        "compile_cached": compiled.cached,
     }
 
 
-def _state_columns(state: dict[str, Any] | None) -> dict[str, Any]:
+def _state_columns(state: GpuState | None) -> dict[str, Any]:
     if not state:
         return {}
     return {
-        "sm_mhz": "-".join(str(v) for v in sorted(set(state["sm_mhz"]))),
-        "temp_c": "-".join(str(v) for v in sorted(set(state["temp_c"]))),
-        "throttled_samples": state["throttled_samples"],
+        "sm_mhz": "-".join(str(v) for v in sorted(set(state.sm_mhz))),
+        "temp_c": "-".join(str(v) for v in sorted(set(state.temp_c))),
+        "throttled_samples": state.throttled_samples,
     }
 
 
-def flags(bench: dict[str, Any], columns: dict[str, Any]) -> list[str]:
+def flags(bench: BenchRow, columns: dict[str, Any]) -> list[str]:
     """What a reader must know before trusting the row's numbers."""
     found = []
     if columns.get("ceiling_pct") and columns["ceiling_pct"] > 100:
@@ -178,55 +183,54 @@ def flags(bench: dict[str, Any], columns: dict[str, Any]) -> list[str]:
             f"ABOVE the copy ceiling ({columns['ceiling_pct']:.0f}%): a warm cache, a wrong "
             "byte count, or skipped work"
         )
-    if bench.get("launch_bound"):
-        found.append(f"launch-bound (floor {bench['floor_us']:.1f} us; try --graph)")
-    for side in ("solution", "reference"):
-        rse = bench[side].get("rse")
-        if rse is not None and rse > NOISY_RSE:
-            found.append(f"noisy {side} (RSE {100 * rse:.1f}%, stopped by {bench.get('stop')})")
-    if columns.get("throttled_samples"):
-        reasons = ", ".join(bench["state"].get("reasons") or [])
+    if bench.launch_bound and bench.floor_us is not None:
+        found.append(f"launch-bound (floor {bench.floor_us:.1f} us; try --graph)")
+    for side, timing in (("solution", bench.solution), ("reference", bench.reference)):
+        if timing.rse > NOISY_RSE:
+            stopped = f", stopped by {bench.stop}" if bench.stop else ""
+            found.append(f"noisy {side} (RSE {100 * timing.rse:.1f}%{stopped})")
+    if columns.get("throttled_samples") and bench.state:
+        reasons = ", ".join(bench.state.reasons)
         found.append(f"throttled: {columns['throttled_samples']} samples ({reasons})")
-    if bench.get("note"):
-        found.append(bench["note"])
-    if (bench.get("compile") or {}).get("mismatch"):
+    if bench.note:
+        found.append(bench.note)
+    if bench.compile and bench.compile.mismatch:
         found.append("torch.compile's output differs from eager's: no 'vs compile'")
     return found
 
 
-def bench_speedup(bench: dict[str, Any]) -> Interval:
+def bench_speedup(bench: BenchRow) -> Interval:
     """A benchmark's speedup over eager PyTorch with its interval.
 
     Records since the paired sampler carry `speedup` (median of per-round ratios, 95% interval);
     older records give only the two medians, so their interval is the point itself.
     """
-    if bench.get("speedup"):
-        return Interval(**bench["speedup"])
-    ratio = bench["reference"]["median_us"] / bench["solution"]["median_us"]
+    if bench.speedup:
+        return bench.speedup
+    ratio = bench.reference.median_us / bench.solution.median_us
     return Interval(ratio, ratio, ratio)
 
 
-def bench_vs_compile(bench: dict[str, Any]) -> Interval | None:
+def bench_vs_compile(bench: BenchRow) -> Interval | None:
     """The speedup over the torch.compile'd reference, or None: not measured, or the compiled
     reference gave a different answer from eager (then it is no baseline)."""
-    if not bench.get("vs_compile") or (bench.get("compile") or {}).get("mismatch"):
+    if not bench.vs_compile or (bench.compile and bench.compile.mismatch):
         return None
-    return Interval(**bench["vs_compile"])
+    return bench.vs_compile
 
 
-def bench_label(bench: dict[str, Any]) -> str:
+def bench_label(bench: BenchRow) -> str:
     """'512x1024' for the default benchmark (its first tensor's shape), else its own name."""
-    if bench["name"] != "default":
-        return str(bench["name"])
-    for described in bench.get("inputs", []):
+    if bench.name != "default":
+        return bench.name
+    for described in bench.inputs:
         if "[" in described:
             return described.split("[", 1)[1].rstrip("]").replace(",", "x") or "scalar"
     return "default"
 
 
-def _device_note(record: dict[str, Any]) -> str:
-    ran_on = record.get("device", "")
-    if ran_on == "cpu" and record.get("machine", {}).get("gpu"):
+def _device_note(record: RunRecord) -> str:
+    if record.device == "cpu" and record.machine.gpu:
         return "C++ solution: checked and timed on the CPU, against the reference on the CPU"
     return ""
 
@@ -236,7 +240,7 @@ def notes(row: dict[str, Any]) -> str:
     text = "; ".join(t for t in (row.get("flags"), row.get("detail"), row.get("warnings")) if t)
     if len(text) > NOTES_CHARS:
         text = text[: NOTES_CHARS - 3].rstrip() + "..."
-    if row["status"] != "ok" and row.get("log"):
+    if row["status"] != status.OK and row.get("log"):
         text = f"{text} (log: {row['log']})" if text else f"log: {row['log']}"
     return text
 
@@ -286,31 +290,37 @@ def _ratio_cell(row: dict[str, Any], column: str) -> str:
 
 
 def render_markdown(
-    problem: str, rows: list[dict[str, Any]], newest: dict[str, Any], chart: str | None = None
+    problem: str, rows: list[dict[str, Any]], latest: RunRecord | None, chart: str | None = None
 ) -> str:
-    machine = newest.get("machine", {})
-    where = machine.get("gpu") or f"CPU ({machine.get('cpu')})"
+    """The problem's page; `latest`, the newest record shown, says where and how it ran."""
+    machine = latest.machine if latest else Machine()
+    where = machine.gpu or f"CPU ({machine.cpu})"
     env = ", ".join(
-        f"{key} {machine[key]}"
-        for key in ("torch", "cuda", "driver", "commit")
-        if machine.get(key) is not None
+        f"{key} {value}"
+        for key, value in (
+            ("torch", machine.torch),
+            ("cuda", machine.cuda),
+            ("driver", machine.driver),
+            ("commit", machine.commit),
+        )
+        if value is not None
     )
     picture = f"![speedup per solution and shape]({chart})\n\n" if chart else ""
     return (
         f"# {problem} on {where}\n\n"
-        f"Latest result of each solution. {_method(newest)}\n\n"
+        f"Latest result of each solution. {_method(latest)}\n\n"
         f"{markdown_table(rows)}\n\n{picture}"
-        f"Newest run started {machine.get('time')}, {env}. Raw samples: `{files.LOG_NAME}`.\n"
+        f"Newest run started {machine.time}, {env}. Raw samples: `{LOG_NAME}`.\n"
     )
 
 
-def _method(newest: dict[str, Any]) -> str:
+def _method(latest: RunRecord | None) -> str:
     """How to read the table, from the newest record's settings."""
-    if not newest.get("machine", {}).get("gpu"):
+    if latest is None or not latest.machine.gpu:
         how = "a wall clock around each call, caches not flushed"
-    elif (newest.get("settings") or {}).get("graph"):
+    elif latest.settings.timing.graph:
         how = "CUDA-graph replays over input sets larger than twice the L2, per call"
-    elif (newest.get("settings") or {}).get("flush") == "write":
+    elif latest.settings.timing.flush == "write":
         how = "CUDA events around each call; before each, L2 flushed by writing a 2x L2 buffer "
         how += "(dirty lines, as triton's do_bench) and host time hidden"
     else:
@@ -322,12 +332,12 @@ def _method(newest: dict[str, Any]) -> str:
         "and eager PyTorch are timed in alternating rounds in one process; speedup is the "
         "median of the per-round ratios, with its 95% interval. "
     )
-    ceiling = newest.get("ceiling")
+    ceiling = latest.ceiling if latest else None
     if ceiling:
         text += (
             f"GB/s is the bytes the problem must move over the median time; 'of copy' is its "
-            f"share of this GPU's copy bandwidth, {ceiling['copy_gbps']:,.0f} GB/s (measured "
-            f"{ceiling.get('measured', '')[:10]}, `ceiling.json`). "
+            f"share of this GPU's copy bandwidth, {ceiling.copy_gbps:,.0f} GB/s (measured "
+            f"{(ceiling.measured or '')[:10]}, `ceiling.json`). "
         )
     return text + (
         "'vs compile' is the speedup over the reference under torch.compile (compile time "
@@ -335,16 +345,17 @@ def _method(newest: dict[str, Any]) -> str:
     )
 
 
-def write_tables(folder: Path, problem: str, chart: str | None = None) -> tuple[Path, Path]:
-    """Re-render `<problem>.md` and `.csv` in `folder` from its run log; returns both paths.
-    `chart`, a file name beside them, is shown under the table."""
-    with files.locked(folder):
-        problem_records = latest_per_solution(files.read(folder), problem)
-        rows = table_rows(problem_records)
-        newest = max(problem_records, key=lambda r: r.get("time", ""), default={})
-        markdown = render_markdown(problem, rows, newest, chart)
-        frame = pd.DataFrame(rows, columns=CSV_COLUMNS)
-        md_path, csv_path = folder / f"{problem}.md", folder / f"{problem}.csv"
-        files.write_atomic(md_path, markdown)
-        files.write_atomic(csv_path, frame.to_csv(index=False, float_format="%.6g"))
+def write_tables(
+    folder: Path, problem: str, records: list[RunRecord], chart: str | None = None
+) -> tuple[Path, Path]:
+    """Re-render `<problem>.md` and `.csv` in `folder` from `records` (its run log, as
+    harness.record.read gives it); returns both paths. `chart`, a file name beside them, is
+    shown under the table. The caller holds the folder's lock (harness.results.rendering)."""
+    problem_records = latest_per_solution(records, problem)
+    rows = table_rows(problem_records)
+    markdown = render_markdown(problem, rows, newest(problem_records), chart)
+    frame = pd.DataFrame(rows, columns=CSV_COLUMNS)
+    md_path, csv_path = folder / f"{problem}.md", folder / f"{problem}.csv"
+    files.write_atomic(md_path, markdown)
+    files.write_atomic(csv_path, frame.to_csv(index=False, float_format="%.6g"))
     return md_path, csv_path

@@ -17,7 +17,8 @@ from typing import Any
 
 from tabulate import tabulate
 
-from harness import files
+from harness import files, status
+from harness.record import LOG_NAME, Machine, RunRecord
 from harness.results import report
 from harness.stats import geomean
 
@@ -26,37 +27,35 @@ FAST_P = (1.0, 1.5, 2.0)  # the thresholds p of fast_p
 CPU_MARK = " (CPU)"  # appended to a CPU-run solution's name on a GPU machine
 
 
-def latest_records(all_records: list[dict[str, Any]]) -> list[dict[str, Any]]:
+def latest_records(all_records: list[RunRecord]) -> list[RunRecord]:
     """The newest record of each solution of every problem, sorted by problem then solution."""
-    problems = sorted({r["problem"] for r in all_records if r.get("problem")})
+    problems = sorted({r.problem for r in all_records})
     return [r for p in problems for r in report.latest_per_solution(all_records, p)]
 
 
-def score(record: dict[str, Any]) -> float | None:
+def score(record: RunRecord) -> float | None:
     """Geomean of the speedups over eager across shapes; None unless ok with timed shapes."""
-    benchmarks = record.get("benchmarks") or []
-    if record.get("status") != "ok" or not benchmarks:
+    if record.status != status.OK or not record.benchmarks:
         return None
-    return geomean([report.bench_speedup(b).value for b in benchmarks])
+    return geomean([report.bench_speedup(b).value for b in record.benchmarks])
 
 
-def compile_score(record: dict[str, Any]) -> float | None:
+def compile_score(record: RunRecord) -> float | None:
     """Geomean of the speedups over torch.compile; None unless every shape has one."""
-    benchmarks = record.get("benchmarks") or []
-    if record.get("status") != "ok" or not benchmarks:
+    if record.status != status.OK or not record.benchmarks:
         return None
-    speedups = [report.bench_vs_compile(b) for b in benchmarks]
+    speedups = [report.bench_vs_compile(b) for b in record.benchmarks]
     if not all(speedups):
         return None
     return geomean([s.value for s in speedups if s])
 
 
-def ran_on_cpu_beside_gpu(record: dict[str, Any]) -> bool:
+def ran_on_cpu_beside_gpu(record: RunRecord) -> bool:
     """True for a solution timed on the CPU on a machine that has a GPU."""
-    return record.get("device") == "cpu" and bool(record.get("machine", {}).get("gpu"))
+    return record.device == "cpu" and bool(record.machine.gpu)
 
 
-def summary_rows(all_records: list[dict[str, Any]]) -> list[dict[str, Any]]:
+def summary_rows(all_records: list[RunRecord]) -> list[dict[str, Any]]:
     """One row per (problem, solution) from its latest record.
 
     Keys: problem, solution, solution_path, status, shapes, score, vs_compile (floats or None),
@@ -65,14 +64,14 @@ def summary_rows(all_records: list[dict[str, Any]]) -> list[dict[str, Any]]:
     latest = latest_records(all_records)
     rows = []
     for record in latest:
-        same_stem = [r for r in latest if (r["problem"], r["solution"]) == _stem_key(record)]
+        same_stem = [r for r in latest if _stem_key(r) == _stem_key(record)]
         rows.append(
             {
-                "problem": record["problem"],
-                "solution": record["solution"] if len(same_stem) == 1 else record["solution_path"],
-                "solution_path": record["solution_path"],
-                "status": record["status"],
-                "shapes": len(record.get("benchmarks") or []),
+                "problem": record.problem,
+                "solution": record.solution if len(same_stem) == 1 else record.solution_path,
+                "solution_path": record.solution_path,
+                "status": record.status,
+                "shapes": len(record.benchmarks),
                 "score": score(record),
                 "vs_compile": compile_score(record),
                 "cpu": ran_on_cpu_beside_gpu(record),
@@ -81,15 +80,15 @@ def summary_rows(all_records: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return rows
 
 
-def _stem_key(record: dict[str, Any]) -> tuple[str, str]:
-    return record["problem"], record["solution"]
+def _stem_key(record: RunRecord) -> tuple[str, str]:
+    return record.problem, record.solution
 
 
 def best_per_problem(rows: list[dict[str, Any]]) -> dict[str, dict[str, Any] | None]:
     """Each problem's highest-scoring ok row (CPU-run rows excluded), or None where none is ok."""
     best: dict[str, dict[str, Any] | None] = {row["problem"]: None for row in rows}
     for row in rows:
-        if row["status"] != "ok" or row["score"] is None or row["cpu"]:
+        if row["status"] != status.OK or row["score"] is None or row["cpu"]:
             continue
         current = best[row["problem"]]
         if current is None or row["score"] > current["score"]:
@@ -105,9 +104,8 @@ def fast_p(best: dict[str, dict[str, Any] | None], p: float) -> float:
     return len(fast) / len(best)
 
 
-def render_summary(folder: Path) -> str:
-    """The summary of `folder`'s run log as markdown: solutions, best per problem, fast_p."""
-    all_records = files.read(folder)
+def summary_markdown(all_records: list[RunRecord]) -> str:
+    """The summary of a run log's records as markdown: solutions, best per problem, fast_p."""
     rows = summary_rows(all_records)
     best = best_per_problem(rows)
     parts = [
@@ -125,25 +123,27 @@ def render_summary(folder: Path) -> str:
     return "\n\n".join(parts) + "\n"
 
 
-def write_summary(folder: Path) -> Path:
-    """Re-render `summary.md` in `folder` from its run log; returns its path."""
+def write_summary(folder: Path, all_records: list[RunRecord]) -> Path:
+    """Re-render `summary.md` in `folder` from `all_records` (its run log, as
+    harness.record.read gives it); returns its path. The caller holds the folder's lock
+    (harness.results.rendering)."""
     path = folder / SUMMARY_NAME
-    with files.locked(folder):
-        files.write_atomic(path, render_summary(folder))
+    files.write_atomic(path, summary_markdown(all_records))
     return path
 
 
 def _header(
-    all_records: list[dict[str, Any]],
+    all_records: list[RunRecord],
     rows: list[dict[str, Any]],
     best: dict[str, dict[str, Any] | None],
 ) -> str:
     latest = latest_records(all_records)
-    newest = max(latest, key=lambda r: r.get("time", ""), default={})
-    machine = newest.get("machine", {})
-    where = machine.get("gpu") or f"CPU ({machine.get('cpu')})"
-    env = ", ".join(f"{k} {machine[k]}" for k in ("torch", "cuda", "driver") if machine.get(k))
-    commits = sorted({r.get("machine", {}).get("commit") or "?" for r in latest})
+    newest = report.newest(latest)
+    machine = newest.machine if newest else Machine()
+    where = machine.gpu or f"CPU ({machine.cpu})"
+    versions = (("torch", machine.torch), ("cuda", machine.cuda), ("driver", machine.driver))
+    env = ", ".join(f"{key} {value}" for key, value in versions if value)
+    commits = sorted({r.machine.commit or "?" for r in latest})
     return (
         f"# Summary on {where}\n\n"
         f"Latest result of each of {len(rows)} solution(s) of {len(best)} problem(s). "
@@ -152,8 +152,8 @@ def _header(
         "reference, where every shape has it. A problem's best is its ok solution with the "
         "highest score; fast_p is the share of problems whose best is correct and scores above "
         "p, counting problems where nothing is ok.\n\n"
-        f"Newest run {newest.get('time', '?')}, {env or 'environment unknown'}; "
-        f"commit(s) {', '.join(commits) or '?'}. Raw samples: `{files.LOG_NAME}`."
+        f"Newest run {newest.time if newest else '?'}, {env or 'environment unknown'}; "
+        f"commit(s) {', '.join(commits) or '?'}. Raw samples: `{LOG_NAME}`."
     )
 
 
@@ -179,7 +179,7 @@ def _solutions_table(rows: list[dict[str, Any]], best: dict[str, dict[str, Any] 
 
 
 def _best_table(rows: list[dict[str, Any]], best: dict[str, dict[str, Any] | None]) -> str:
-    cpu_only = {row["problem"] for row in rows if row["cpu"] and row["status"] == "ok"}
+    cpu_only = {row["problem"] for row in rows if row["cpu"] and row["status"] == status.OK}
     lines = [
         [problem, row["solution"], _times(row["score"]), _times(row["vs_compile"])]
         if row

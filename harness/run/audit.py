@@ -25,7 +25,7 @@ import torch
 
 from harness.inputs import make_init_inputs, make_inputs, seed_everything
 from harness.loading import Case, Problem
-from harness.matching import DEFAULT_TOLERANCE, FALLBACK_TOLERANCE, compare
+from harness.matching import DTYPE_DEFAULT, Tolerance, leaves, mismatch, tolerance
 from harness.measure.checking import call, describe_error
 
 REJECT = "reject"  # the problem is not worth solving: the run stops
@@ -49,7 +49,7 @@ class CaseRun:
 
     outputs: list[Any]
     shapes: Shapes
-    rerun_report: str | None  # compare() of a second run on the first seed's inputs
+    rerun_report: str | None  # mismatch() of a second run on the first seed's inputs
 
 
 class ProblemFailed(Exception):
@@ -57,9 +57,14 @@ class ProblemFailed(Exception):
 
 
 def audit_problem(
-    problem: Problem, device: torch.device, seeds: tuple[int, ...] = (1, 2, 3)
+    problem: Problem,
+    device: torch.device,
+    override: Tolerance = DTYPE_DEFAULT,
+    seeds: tuple[int, ...] = (1, 2, 3),
 ) -> list[Finding]:
-    """Run the reference on the problem's valid cases and return what is wrong, if anything."""
+    """Run the reference on the problem's valid cases and return what is wrong, if anything;
+    each case is judged with the tolerance the checks would use (harness.matching.tolerance,
+    `override` being the command line's)."""
     if len(set(seeds)) < 2:
         raise ValueError(f"the audit needs two different seeds at least, not {seeds}")
     findings = []
@@ -68,10 +73,9 @@ def audit_problem(
     for index, case in enumerate(problem.cases):
         if case.invalid:
             continue
-        atol = case.atol if case.atol is not None else problem.atol
-        rtol = case.rtol if case.rtol is not None else problem.rtol
+        allowed = tolerance(problem, case, override)
         try:
-            run = run_case(problem, case, device, seeds if index == 0 else seeds[:1], atol, rtol)
+            run = run_case(problem, case, device, seeds if index == 0 else seeds[:1], allowed)
         except ProblemFailed as failure:
             findings.append(Finding(REJECT, "error", case.name, str(failure)))
             continue
@@ -88,7 +92,7 @@ def audit_problem(
             )
         if index == 0:
             default_shapes = run.shapes
-            finding = judge_values(case.name, run.outputs, seeds, atol, rtol)
+            finding = judge_values(case.name, run.outputs, seeds, allowed)
             if finding:
                 findings.append(finding)
         else:
@@ -112,8 +116,7 @@ def run_case(
     case: Case,
     device: torch.device,
     seeds: tuple[int, ...],
-    atol: float | None,
-    rtol: float | None,
+    allowed: Tolerance,
 ) -> CaseRun:
     """The reference's output on each seed, as harness/checking.py builds and calls it.
 
@@ -134,7 +137,7 @@ def run_case(
                 shapes = tuple(tuple(v.shape) for v in inputs if isinstance(v, torch.Tensor))
                 if supported(output):
                     again = attempt("the reference Model", call, model, inputs, device)
-                    rerun_report = compare(output, again, atol, rtol)
+                    rerun_report = mismatch(output, again, allowed)
             outputs.append(output)
     return CaseRun(outputs, shapes, rerun_report)
 
@@ -148,7 +151,7 @@ def attempt(step: str, fn: Callable[..., Any], *args: Any) -> Any:
 
 
 def judge_values(
-    case: str, outputs: list[Any], seeds: tuple[int, ...], atol: float | None, rtol: float | None
+    case: str, outputs: list[Any], seeds: tuple[int, ...], allowed: Tolerance
 ) -> Finding | None:
     """The strongest of zero_passes, constant and seed_independent that holds, if any.
 
@@ -158,35 +161,35 @@ def judge_values(
     if not all(supported(output) for output in outputs) or not has_values(outputs[0]):
         return None
     on_seeds = f"on seeds {', '.join(str(seed) for seed in seeds)}"
-    tolerance = tolerance_text(outputs[0], atol, rtol)
-    if all(compare(output, zeros(output), atol, rtol) is None for output in outputs):
+    shown = allowed.describe(outputs[0])
+    if all(mismatch(output, zeros(output), allowed) is None for output in outputs):
         peak = max(max_abs(output) for output in outputs)
         return Finding(
             REJECT,
             "zero_passes",
             case,
             f"every value is within the tolerance of zero {on_seeds} (max |value| {peak:.3g}, "
-            f"tolerance {tolerance}), so returning zeros passes: use larger inputs or values, "
+            f"tolerance {shown}), so returning zeros passes: use larger inputs or values, "
             "or a tighter ATOL",
         )
     fills = [constant(output) for output in outputs]
     each_seed = zip(outputs, fills, strict=True)
-    near_constant = all(compare(output, fill, atol, rtol) is None for output, fill in each_seed)
-    if near_constant and all(compare(fills[0], fill, atol, rtol) is None for fill in fills[1:]):
+    near_constant = all(mismatch(output, fill, allowed) is None for output, fill in each_seed)
+    if near_constant and all(mismatch(fills[0], fill, allowed) is None for fill in fills[1:]):
         values = ", ".join(format_value(value) for value in first_values(fills[0]))
         return Finding(
             REJECT,
             "constant",
             case,
-            f"the output is the constant {values} {on_seeds} (within {tolerance}), so "
+            f"the output is the constant {values} {on_seeds} (within {shown}), so "
             "returning that constant passes: choose inputs that the output depends on",
         )
-    if all(compare(outputs[0], output, atol, rtol) is None for output in outputs[1:]):
+    if all(mismatch(outputs[0], output, allowed) is None for output in outputs[1:]):
         return Finding(
             REJECT,
             "seed_independent",
             case,
-            f"the output is the same {on_seeds} (within {tolerance}): the inputs ignore the "
+            f"the output is the same {on_seeds} (within {shown}): the inputs ignore the "
             "seed, so a solution could return a memorised output: draw them from torch, numpy "
             "or random (torch.randn, say)",
         )
@@ -198,13 +201,6 @@ def supported(output: Any) -> bool:
     if isinstance(output, (tuple, list)):
         return all(supported(item) for item in output)
     return isinstance(output, (torch.Tensor, bool, int, float))
-
-
-def leaves(output: Any) -> list[Any]:
-    """The tensors and numbers in `output`, in order."""
-    if isinstance(output, (tuple, list)):
-        return [leaf for item in output for leaf in leaves(item)]
-    return [output]
 
 
 def has_values(output: Any) -> bool:
@@ -269,19 +265,6 @@ def max_abs(output: Any) -> float:
         if x.numel():
             peak = max(peak, x.max().item())
     return peak
-
-
-def tolerance_text(output: Any, atol: float | None, rtol: float | None) -> str:
-    """The tolerance compare() applies to `output`'s first floating-point tensor or number."""
-    for leaf in leaves(output):
-        x = leaf if isinstance(leaf, torch.Tensor) else torch.tensor(leaf)
-        if x.is_floating_point() or x.is_complex():
-            dtype = x.dtype.to_real() if x.is_complex() else x.dtype
-            default_atol, default_rtol = DEFAULT_TOLERANCE.get(dtype, FALLBACK_TOLERANCE)
-            atol = default_atol if atol is None else atol
-            rtol = default_rtol if rtol is None else rtol
-            return f"atol={atol:g} rtol={rtol:g}"
-    return "exact equality"
 
 
 def rejected(findings: list[Finding]) -> bool:

@@ -99,6 +99,18 @@ def _unknown_problem_message(arg: str, available: list[str]) -> str:
     )
 
 
+def given_solutions(paths: list[Path]) -> list[Path]:
+    """The solution files named on the command line, resolved; a UserError for a missing file
+    or one that cannot be a solution (`missing_model_new`), before anything is built."""
+    for path in paths:
+        if not path.is_file():
+            raise UserError(f"--solution {path}: no such file")
+        reason = missing_model_new(path)
+        if reason:
+            raise UserError(f"--solution {path}: {reason}")
+    return [path.resolve() for path in paths]
+
+
 def missing_model_new(path: Path) -> str | None:
     """Why `path` cannot be a solution (no top-level ModelNew, a syntax error), or None.
 

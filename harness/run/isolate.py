@@ -10,39 +10,30 @@ get `build_s`; the check and time steps get `run_s` each.
 
 from __future__ import annotations
 
-import ctypes
 import multiprocessing
-import os
 import signal
-import sys
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
 from multiprocessing import resource_tracker
 from pathlib import Path
 from typing import Any
 
 from harness import status
 from harness.measure import worker
+from harness.settings import Limits
 
 POLL_S = 0.25  # how often the parent looks at the worker
 JOIN_S = 10.0  # how long a finished worker may take to exit
 
 
-@dataclass(frozen=True)
-class Limits:
-    build_s: float
-    run_s: float
-
-
 Event = dict[str, Any]
 
 
-def run_isolated(job: worker.Job, limits: Limits, on_event: Callable[[Event], None]) -> dict:
+def run_isolated(job: worker.Job, on_event: Callable[[Event], None]) -> dict:
     """Run `job` in a spawned worker; `on_event` sees phase, build and tick events."""
     context = multiprocessing.get_context("spawn")
     receiver, sender = context.Pipe(duplex=False)
-    process = context.Process(target=_worker_main, args=(job, sender), daemon=True)
+    process = context.Process(target=worker.entry, args=(job, sender), daemon=True)
     # Ctrl-C goes to the whole process group. A worker still importing torch (seconds) would
     # die of it with a traceback on the terminal, so it starts with SIGINT blocked (the mask
     # survives exec; multiprocessing's resource tracker starts the same way). Here a Ctrl-C
@@ -58,40 +49,13 @@ def run_isolated(job: worker.Job, limits: Limits, on_event: Callable[[Event], No
     sender.close()  # the parent keeps only the reading end, so EOF means the worker is gone
     try:
         signal.pthread_sigmask(signal.SIG_SETMASK, mask)
-        return _watch(process, receiver, limits, on_event, Path(job.log_path))
+        return _watch(process, receiver, job.settings.limits, on_event, Path(job.log_path))
     finally:
         signal.pthread_sigmask(signal.SIG_SETMASK, mask)
         if process.is_alive():
             process.kill()
         process.join(JOIN_S)
         receiver.close()
-
-
-def _worker_main(job: worker.Job, conn: Any) -> None:
-    """The worker's entry point: ignore Ctrl-C, the parent's to handle (this drops one pressed
-    while the worker started), then unblock it, so the build tools it starts get the usual
-    mask (ninja stops a build on Ctrl-C)."""
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
-    signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
-    _die_with_parent()
-    worker.main(job, conn)
-
-
-PR_SET_PDEATHSIG = 1  # from <sys/prctl.h>
-
-
-def _die_with_parent() -> None:
-    """On Linux, have the kernel kill this worker when the harness dies, even of SIGKILL,
-    so no hanging solution outlives it holding a GPU. Elsewhere, nothing."""
-    parent = multiprocessing.parent_process()
-    if not sys.platform.startswith("linux") or parent is None:
-        return
-    try:
-        ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
-    except (OSError, AttributeError):
-        return
-    if os.getppid() != parent.pid:  # the harness died before the request took effect
-        os._exit(1)
 
 
 def _watch(

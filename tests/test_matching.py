@@ -1,4 +1,4 @@
-"""Output comparison: structure, dtype, exact integers, NaN/inf positions, tolerances, reports."""
+"""Output matching: structure, dtype, exact integers, NaN/inf positions, tolerances, reports."""
 
 import math
 
@@ -7,20 +7,20 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from harness.matching import compare
+from harness.matching import Tolerance, mismatch
 
 
 def test_equal_outputs_match() -> None:
     x = torch.randn(4, 5)
-    assert compare(x, x.clone()) is None
-    assert compare((x, [x, 3]), (x.clone(), [x.clone(), 3])) is None
+    assert mismatch(x, x.clone()) is None
+    assert mismatch((x, [x, 3]), (x.clone(), [x.clone(), 3])) is None
 
 
 def test_mismatch_report_names_count_indices_errors_and_tolerance() -> None:
     expected = torch.zeros(4, 5)
     actual = expected.clone()
     actual[1, 2], actual[3, 4] = 0.5, -2.0
-    report = compare(expected, actual, atol=1e-3, rtol=1e-3)
+    report = mismatch(expected, actual, Tolerance(atol=1e-3, rtol=1e-3))
     assert report is not None
     assert "2 of 20 elements differ" in report
     assert "[1, 2] expected 0 got 0.5" in report and "[3, 4] expected 0 got -2" in report
@@ -30,7 +30,7 @@ def test_mismatch_report_names_count_indices_errors_and_tolerance() -> None:
 
 def test_tuple_outputs_report_the_failing_item() -> None:
     a, b = torch.ones(3), torch.ones(3)
-    report = compare((a, b), (a.clone(), b + 1))
+    report = mismatch((a, b), (a.clone(), b + 1))
     assert report is not None and report.startswith("output[1]: 3 of 3 elements differ")
 
 
@@ -46,7 +46,7 @@ def test_tuple_outputs_report_the_failing_item() -> None:
     ],
 )
 def test_structure_shape_and_dtype_must_match(expected, actual, message: str) -> None:
-    report = compare(expected, actual)
+    report = mismatch(expected, actual)
     assert report is not None and message in report
 
 
@@ -54,47 +54,51 @@ def test_integer_outputs_are_exact_and_never_cast() -> None:
     expected = torch.arange(10, dtype=torch.int64)
     actual = expected.clone()
     actual[7] += 1
-    report = compare(expected, actual, atol=10, rtol=10)  # tolerances do not apply to integers
+    report = mismatch(
+        expected, actual, Tolerance(atol=10, rtol=10)
+    )  # tolerances do not apply to integers
     assert report is not None and "1 of 10 elements differ" in report
     assert "[7] expected 7 got 8" in report and "exact equality" in report
-    assert compare(expected, expected.to(torch.int32)) is not None
+    assert mismatch(expected, expected.to(torch.int32)) is not None
 
 
 def test_bool_outputs_are_exact() -> None:
     expected = torch.tensor([True, False, True])
-    assert compare(expected, torch.tensor([True, True, True])) is not None
-    assert compare(expected, expected.clone()) is None
+    assert mismatch(expected, torch.tensor([True, True, True])) is not None
+    assert mismatch(expected, expected.clone()) is None
 
 
 def test_nan_and_inf_must_sit_at_the_same_places() -> None:
     expected = torch.tensor([1.0, math.nan, math.inf, -math.inf])
-    assert compare(expected, expected.clone()) is None
+    assert mismatch(expected, expected.clone()) is None
     moved_nan = torch.tensor([math.nan, 1.0, math.inf, -math.inf])
-    report = compare(expected, moved_nan)
+    report = mismatch(expected, moved_nan)
     assert report is not None and "2 of 4 elements differ" in report and "NaN/inf" in report
     flipped = torch.tensor([1.0, math.nan, -math.inf, -math.inf])
-    assert compare(expected, flipped) is not None
-    assert compare(expected, torch.tensor([1.0, 5.0, math.inf, -math.inf])) is not None
+    assert mismatch(expected, flipped) is not None
+    assert mismatch(expected, torch.tensor([1.0, 5.0, math.inf, -math.inf])) is not None
 
 
 def test_default_tolerance_depends_on_dtype() -> None:
     expected = torch.full((8,), 1.0)
     off_by_1e3 = expected + 1e-3
-    assert compare(expected, off_by_1e3) is not None  # float32: 1e-4
-    assert compare(expected.half(), off_by_1e3.half()) is None  # float16: 1e-2
-    assert compare(expected, off_by_1e3, atol=1e-2) is None  # an explicit tolerance wins
+    assert mismatch(expected, off_by_1e3) is not None  # float32: 1e-4
+    assert mismatch(expected.half(), off_by_1e3.half()) is None  # float16: 1e-2
+    assert (
+        mismatch(expected, off_by_1e3, Tolerance(atol=1e-2)) is None
+    )  # an explicit tolerance wins
 
 
 def test_complex_outputs_compare_both_parts() -> None:
     expected = torch.tensor([1 + 2j, 3 - 1j], dtype=torch.complex64)
-    assert compare(expected, expected.clone()) is None
-    assert compare(expected, expected.conj().resolve_conj()) is not None
+    assert mismatch(expected, expected.clone()) is None
+    assert mismatch(expected, expected.conj().resolve_conj()) is not None
 
 
 def test_python_numbers_compare_as_scalars() -> None:
-    assert compare(2.0, 2.0 + 1e-9) is None
-    assert compare(2.0, 2.5) is not None
-    assert compare("mean", "mean") is None and compare("mean", "sum") is not None
+    assert mismatch(2.0, 2.0 + 1e-9) is None
+    assert mismatch(2.0, 2.5) is not None
+    assert mismatch("mean", "mean") is None and mismatch("mean", "sum") is not None
 
 
 @settings(max_examples=60, deadline=None)
@@ -107,12 +111,12 @@ def test_one_element_beyond_tolerance_is_found_where_it_is(shape, seed, data) ->
     generator = torch.Generator().manual_seed(seed)
     expected = torch.randn(*shape, generator=generator)
     actual = expected + 1e-6 * torch.randn(*shape, generator=generator)  # within tolerance
-    assert compare(expected, actual) is None
+    assert mismatch(expected, actual) is None
     flat = data.draw(st.integers(0, expected.numel() - 1))
     index = list(torch.unravel_index(torch.tensor(flat), tuple(shape)))
     position = [int(i) for i in index]
     actual[tuple(position)] += 1.0
-    report = compare(expected, actual)
+    report = mismatch(expected, actual)
     assert report is not None
     assert f"1 of {expected.numel()} elements differ" in report
     assert f"{position} expected" in report

@@ -1,0 +1,368 @@
+"""The record of one solution's run, and the run log that holds them: the one module that writes
+and reads `results/<machine>/runs.jsonl`.
+
+A record is built once, when its run is over, and never changed: every class here is frozen.
+Timings keep their raw samples (`Measurement.times_us`); their statistics are derived from them,
+so a record cannot disagree with itself. The JSON form (`to_dict`, one line per record) is the
+one every run has written; records from before a key existed read with None in its place
+(`BenchRow.speedup`, `mode`, `stop`, ...), never with a made-up value.
+"""
+
+from __future__ import annotations
+
+import statistics
+import sys
+from collections.abc import Mapping
+from dataclasses import dataclass, fields
+from pathlib import Path
+from typing import Any, ClassVar, TypeVar
+
+from harness import files, stats
+from harness.settings import Settings
+from harness.stats import Interval
+
+LOG_NAME = "runs.jsonl"
+Data = Mapping[str, Any]
+
+
+@dataclass(frozen=True)
+class Measurement:
+    """Raw timings of one call, in microseconds, with statistics derived from them."""
+
+    times_us: tuple[float, ...]
+    method: str  # "cuda_events", "cuda_graph" or "wall_clock"
+    host_us: float | None = None  # median host time to enqueue the call (GPU timers)
+
+    @property
+    def count(self) -> int:
+        return len(self.times_us)
+
+    @property
+    def median_us(self) -> float:
+        return statistics.median(self.times_us)
+
+    @property
+    def interval(self) -> Interval:
+        """The median with its 95% distribution-free interval (stats.median_interval)."""
+        return stats.median_interval(self.times_us)
+
+    @property
+    def iqr_us(self) -> float:
+        """Interquartile range: the spread of the middle half of the samples."""
+        if self.count < 2:
+            return 0.0
+        q1, _, q3 = statistics.quantiles(self.times_us, n=4, method="inclusive")
+        return q3 - q1
+
+    @property
+    def spread(self) -> float:
+        """IQR as a fraction of the median (0.02 means the middle half spans 2% of it)."""
+        return self.iqr_us / self.median_us if self.median_us > 0 else 0.0
+
+    @property
+    def rse(self) -> float:
+        return stats.relative_standard_error(self.times_us)
+
+    def to_dict(self) -> dict[str, Any]:
+        interval = self.interval
+        return {
+            "method": self.method,
+            "count": self.count,
+            "median_us": self.median_us,
+            "median_low_us": interval.low,
+            "median_high_us": interval.high,
+            "iqr_us": self.iqr_us,
+            "min_us": min(self.times_us),
+            "rse": self.rse,
+            "host_us": self.host_us,
+            "times_us": list(self.times_us),
+        }
+
+    @classmethod
+    def from_dict(cls, data: Data) -> Measurement:
+        return cls(tuple(data["times_us"]), data["method"], data.get("host_us"))
+
+
+Flat = TypeVar("Flat", bound="_Flat")
+
+
+class _Flat:
+    """`to_dict` and `from_dict` for a frozen dataclass of plain values (tuples as lists)."""
+
+    __dataclass_fields__: ClassVar[dict[str, Any]]  # what makes it a dataclass, for mypy
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            f.name: list(item) if isinstance(item := getattr(self, f.name), tuple) else item
+            for f in fields(self)
+        }
+
+    @classmethod
+    def from_dict(cls: type[Flat], data: Data) -> Flat:
+        """Keys it does not know are ignored (an older or newer record's)."""
+        known = {f.name for f in fields(cls)}
+        plain = {k: tuple(v) if isinstance(v, list) else v for k, v in data.items() if k in known}
+        return cls(**plain)
+
+
+@dataclass(frozen=True)
+class GpuState(_Flat):
+    """The GPU's SM clock and temperature over a row's samples (harness.measure.gpustate)."""
+
+    sm_mhz: tuple[int, ...]  # lowest and highest
+    temp_c: tuple[int, ...]  # lowest and highest
+    throttled_samples: int
+    samples: int | None = None
+    reasons: tuple[str, ...] = ()  # why the throttled samples were throttled
+
+
+@dataclass(frozen=True)
+class CompileBaseline(_Flat):
+    """The torch.compile'd reference a row is compared with (harness.results.baselines)."""
+
+    median_us: float
+    median_low_us: float | None
+    median_high_us: float | None
+    compile_s: float | None  # how long compiling took, kept out of the samples
+    cached: bool  # measured by an earlier run
+    measured_at: str | None
+    mismatch: str | None  # how its output differs from eager's: then it is no baseline
+
+
+@dataclass(frozen=True)
+class BenchRow:
+    """One benchmark shape, timed: the solution and eager PyTorch side by side.
+
+    Old records lack what was added later: `speedup` (the paired interval), `mode`, `stop`,
+    the roofline counts, the GPU state, `spot_checks`; those read as None.
+    """
+
+    name: str
+    inputs: tuple[str, ...]  # "float32[512,1024]", one per input
+    reference: Measurement
+    solution: Measurement
+    speedup: Interval | None = None  # median of the per-round ratios reference / solution
+    mode: str | None = None  # the timer the row really got
+    stop: str | None = None  # why sampling stopped: "target", "budget" or "cap"
+    note: str | None = None
+    state: GpuState | None = None
+    floor_us: float | None = None  # the launch floor of the timer
+    launch_bound: bool | None = None
+    bytes: int | None = None  # what the problem must move ...
+    flops: int | None = None  # ... and compute
+    spot_checks: int | None = None  # timed calls whose output was checked (not in graph mode)
+    wall_us: float | None = None  # the wall-clock cross-check per call (not in graph mode)
+    compile: CompileBaseline | None = None
+    vs_compile: Interval | None = None  # speedup over `compile`, unless it gave a wrong answer
+
+    def to_dict(self) -> dict[str, Any]:
+        data = {
+            "name": self.name,
+            "inputs": list(self.inputs),
+            "reference": self.reference.to_dict(),
+            "solution": self.solution.to_dict(),
+            "speedup": _interval_dict(self.speedup),
+            "mode": self.mode,
+            "stop": self.stop,
+            "note": self.note,
+            "state": self.state.to_dict() if self.state else None,
+            "floor_us": self.floor_us,
+            "launch_bound": self.launch_bound,
+            "bytes": self.bytes,
+            "flops": self.flops,
+        }
+        present_only = {  # keys a row carries only when they apply
+            "spot_checks": self.spot_checks,
+            "wall_us": self.wall_us,
+            "compile": self.compile.to_dict() if self.compile else None,
+            "vs_compile": _interval_dict(self.vs_compile),
+        }
+        return {**data, **{k: v for k, v in present_only.items() if v is not None}}
+
+    @classmethod
+    def from_dict(cls, data: Data) -> BenchRow:
+        state, compiled = data.get("state"), data.get("compile")
+        return cls(
+            name=data["name"],
+            inputs=tuple(data.get("inputs") or ()),
+            reference=Measurement.from_dict(data["reference"]),
+            solution=Measurement.from_dict(data["solution"]),
+            speedup=_interval(data.get("speedup")),
+            mode=data.get("mode"),
+            stop=data.get("stop"),
+            note=data.get("note"),
+            state=GpuState.from_dict(state) if state else None,
+            floor_us=data.get("floor_us"),
+            launch_bound=data.get("launch_bound"),
+            bytes=data.get("bytes"),
+            flops=data.get("flops"),
+            spot_checks=data.get("spot_checks"),
+            wall_us=data.get("wall_us"),
+            compile=CompileBaseline.from_dict(compiled) if compiled else None,
+            vs_compile=_interval(data.get("vs_compile")),
+        )
+
+
+@dataclass(frozen=True)
+class Build(_Flat):
+    """An extension the solution built while it was imported."""
+
+    name: str
+    cuda: bool
+    seconds: float | None = None
+
+
+@dataclass(frozen=True)
+class Ceiling(_Flat):
+    """The GPU's copy bandwidth, the roof of the 'of copy' column (harness.measure.roofline)."""
+
+    copy_gbps: float
+    copy_bytes: int | None = None
+    gpu: str | None = None
+    torch: str | None = None
+    driver: str | None = None
+    measured: str | None = None  # when, ISO 8601
+    cached: bool | None = None  # read from ceiling.json rather than measured by this run
+
+
+GPU_FIELDS = ("capability", "sm_count", "l2_bytes", "memory_bytes", "driver")
+
+
+@dataclass(frozen=True)
+class Machine(_Flat):
+    """The machine a run happened on (harness.run.machine.describe); the GPU's own fields
+    (GPU_FIELDS) are recorded only where there is a GPU."""
+
+    device: str | None = None
+    gpu: str | None = None
+    torch: str | None = None
+    cuda: str | None = None
+    python: str | None = None
+    platform: str | None = None
+    cpu: str | None = None
+    host: str | None = None
+    commit: str | None = None  # "-dirty" when tracked files differed from it
+    time: str | None = None
+    capability: str | None = None
+    sm_count: int | None = None
+    l2_bytes: int | None = None
+    memory_bytes: int | None = None
+    driver: str | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        data = super().to_dict()
+        return data if self.gpu else {k: v for k, v in data.items() if k not in GPU_FIELDS}
+
+
+@dataclass(frozen=True)
+class RunRecord:
+    """One solution's run: what ran, where, how, and what came of it (status.MEANING).
+
+    `device`, `builds` and `build_s` are None where the run never got that far, and `reason`
+    unless the solution broke a rule; each is then left out of the JSON. `ceiling` is None on a
+    CPU and in old records.
+    """
+
+    run_id: str
+    time: str  # when the record was made, ISO 8601 UTC
+    problem: str
+    reference: str  # the reference's path, relative to the repository where inside it
+    solution: str  # the file's stem
+    solution_path: str  # tells two files of one name apart
+    solution_hash: str
+    log: str | None  # the worker's log, where one was written
+    cases: int
+    settings: Settings
+    machine: Machine
+    status: str
+    detail: str
+    checks: int  # correctness checks passed
+    benchmarks: tuple[BenchRow, ...] = ()
+    warnings: tuple[str, ...] = ()
+    ceiling: Ceiling | None = None
+    device: str | None = None  # where the solution ran ("cpu" for a C++ one on a GPU machine)
+    reason: str | None = None  # the rule a "rejected" solution broke
+    builds: tuple[Build, ...] | None = None
+    build_s: float | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        """The record as its JSON line holds it."""
+        data = {
+            **{name: getattr(self, name) for name in _PLAIN_FIELDS},
+            "settings": self.settings.to_dict(),
+            "machine": self.machine.to_dict(),
+            "benchmarks": [bench.to_dict() for bench in self.benchmarks],
+            "warnings": list(self.warnings),
+            "ceiling": self.ceiling.to_dict() if self.ceiling else None,
+        }
+        builds = None if self.builds is None else [b.to_dict() for b in self.builds]
+        present_only: dict[str, Any] = {
+            "device": self.device,
+            "reason": self.reason,
+            "builds": builds,
+            "build_s": self.build_s,
+        }
+        return {**data, **{k: v for k, v in present_only.items() if v is not None}}
+
+    @classmethod
+    def from_dict(cls, data: Data) -> RunRecord:
+        """A record from its JSON form, as any run has written it."""
+        ceiling, builds = data.get("ceiling"), data.get("builds")
+        return cls(
+            **{name: data[name] for name in _PLAIN_FIELDS},
+            settings=Settings.from_dict(dict(data["settings"])),
+            machine=Machine.from_dict(data["machine"]),
+            benchmarks=tuple(BenchRow.from_dict(b) for b in data.get("benchmarks") or ()),
+            warnings=tuple(data.get("warnings") or ()),
+            ceiling=Ceiling.from_dict(ceiling) if ceiling else None,
+            device=data.get("device"),
+            reason=data.get("reason"),
+            builds=None if builds is None else tuple(Build.from_dict(b) for b in builds),
+            build_s=data.get("build_s"),
+        )
+
+
+# Fields written and read as they are; each is in every record ever written.
+_PLAIN_FIELDS = (
+    "run_id",
+    "time",
+    "problem",
+    "reference",
+    "solution",
+    "solution_path",
+    "solution_hash",
+    "log",
+    "cases",
+    "status",
+    "detail",
+    "checks",
+)
+
+
+def append(folder: Path, record: RunRecord) -> None:
+    """Append `record` to the folder's run log as one JSON line (whole, even when several
+    runs write the folder at once)."""
+    files.append(folder, record.to_dict(), LOG_NAME)
+
+
+def read(folder: Path) -> list[RunRecord]:
+    """Every record of the folder's run log, oldest first. A line that is not a record (torn
+    by a killed writer, or edited by hand) is skipped with a warning."""
+    records, skipped = [], 0
+    for data in files.read(folder, LOG_NAME):
+        try:
+            records.append(RunRecord.from_dict(data))
+        except (KeyError, TypeError, ValueError):
+            skipped += 1
+    if skipped:
+        path = folder / LOG_NAME
+        print(f"warning: {path}: skipped {skipped} line(s) that are not records", file=sys.stderr)
+    return records
+
+
+def _interval(data: Data | None) -> Interval | None:
+    return Interval(data["value"], data["low"], data["high"]) if data else None
+
+
+def _interval_dict(interval: Interval | None) -> dict[str, float] | None:
+    return interval.to_dict() if interval else None

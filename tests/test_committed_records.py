@@ -1,0 +1,102 @@
+"""The committed H200 run log reads as typed records, old lines and new alike, with the values
+the committed tables show."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from harness import files, record, status
+from harness.record import RunRecord
+from harness.results import baselines, report, summary
+from harness.settings import StopRule
+from tests.conftest import REPO
+
+H200 = REPO / "results" / "nvidia-h200"
+
+
+@pytest.fixture(scope="module")
+def records() -> list[RunRecord]:
+    return record.read(H200)
+
+
+@pytest.fixture(scope="module")
+def lines() -> list[dict]:
+    text = (H200 / "runs.jsonl").read_text(encoding="utf-8")
+    return [json.loads(line) for line in text.splitlines()]
+
+
+def newest(records: list[RunRecord], problem: str, solution: str) -> RunRecord:
+    return [r for r in records if (r.problem, r.solution) == (problem, solution)][-1]
+
+
+def test_every_committed_line_reads_as_a_record(records: list[RunRecord], lines: list) -> None:
+    assert len(records) == len(lines) == 24
+    assert [r.time for r in records] == [line["time"] for line in lines]
+
+
+def test_the_newest_smooth_l1_fast_cuda_row_holds_what_its_table_shows(
+    records: list[RunRecord],
+) -> None:
+    fast = newest(records, "smooth_l1", "fast_cuda")
+    assert (fast.run_id, fast.status, fast.checks, fast.cases) == (
+        "20261129-131410-2b0e8b",
+        status.OK,
+        100,
+        20,
+    )
+    assert fast.machine.gpu == "NVIDIA H200" and fast.machine.commit == "6786b02"
+    assert fast.settings.checking.secret == 128362707945143
+    assert fast.settings.timing.rule == StopRule() and fast.settings.timing.flush == "read"
+    assert fast.ceiling is not None and fast.ceiling.copy_gbps == pytest.approx(4244.44, abs=0.01)
+    default, big = fast.benchmarks
+    assert report.bench_label(default) == "32x64x56x56" and big.name == "128x64x56x56"
+    assert default.solution.count == 2000 and default.stop == "cap" and default.spot_checks == 26
+    assert default.solution.median_us == pytest.approx(18.336, abs=1e-3)
+    assert default.reference.median_us == pytest.approx(135.616, abs=1e-3)
+    assert default.speedup is not None and default.speedup.value == pytest.approx(7.3762, abs=1e-4)
+    assert default.compile is not None and default.compile.cached is True
+    assert default.vs_compile is not None and default.vs_compile.low == pytest.approx(
+        1.00697, abs=1e-5
+    )
+    assert big.bytes == 205520900 and big.solution.count == 20
+    assert summary.score(fast) == pytest.approx(8.46, abs=0.005)
+
+
+def test_new_records_write_back_the_json_they_were_read_from(
+    records: list[RunRecord], lines: list
+) -> None:
+    """Every key but `settings` (recorded whole now, not in the old flat form) round-trips."""
+    newest_run = [r for r in records if r.run_id == "20261129-131410-2b0e8b"]
+    assert len(newest_run) == 6
+    for read in newest_run:
+        (line,) = [d for d in lines if (d["time"], d["solution"]) == (read.time, read.solution)]
+        written = read.to_dict()
+        assert written.pop("settings") == read.settings.to_dict()
+        assert written == {k: v for k, v in line.items() if k != "settings"}
+
+
+def test_the_oldest_records_read_with_none_where_a_key_did_not_exist_yet(
+    records: list[RunRecord],
+) -> None:
+    first = records[0]
+    assert (first.problem, first.solution, first.device) == ("multilabel_margin", "cpu_cpp", "cpu")
+    assert first.ceiling is None and first.warnings == () and first.reason is None
+    (bench,) = first.benchmarks
+    assert bench.speedup is None and bench.mode is None and bench.stop is None
+    assert bench.spot_checks is None and bench.compile is None and bench.state is None
+    assert bench.solution.method == "wall_clock" and bench.solution.host_us is None
+    assert bench.solution.median_us == pytest.approx(163.562, abs=1e-3)
+    assert report.bench_speedup(bench).value == pytest.approx(10297.21 / 163.562, rel=1e-5)
+    assert first.settings.checking.trials == 5 and first.settings.timing.graph is False
+
+
+def test_the_committed_compile_baselines_match_the_rows_that_used_them(
+    records: list[RunRecord],
+) -> None:
+    fast = newest(records, "smooth_l1", "fast_cuda")
+    entries = files.read(H200, baselines.LOG_NAME)
+    for bench in fast.benchmarks:
+        baseline, versus = baselines.versus(bench, entries, run_id="another run")
+        assert baseline == bench.compile and versus == bench.vs_compile

@@ -1,0 +1,91 @@
+"""The tree shows the plan: which wing a module belongs to decides what it may import, and every
+module and function stays small enough to read in one sitting."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parent.parent
+HARNESS = REPO / "harness"
+WINGS = ("run", "measure", "results")
+# What each part may import from the harness: the shared modules at the top import no wing; the
+# worker's wing and the results' wing import only the shared modules and their own; the parent
+# process's wing (run) drives the other two.
+ALLOWED = {
+    "shared": {"shared"},
+    "measure": {"shared", "measure"},
+    "results": {"shared", "results"},
+    "run": {"shared", "measure", "results", "run"},
+}
+MAX_MODULE_LINES = 400
+MAX_FUNCTION_LINES = 60
+
+
+def part(module: str) -> str:
+    """'run', 'measure' or 'results' for a module of a wing, else 'shared'."""
+    pieces = module.split(".")
+    return pieces[1] if len(pieces) > 1 and pieces[1] in WINGS else "shared"
+
+
+def module_name(path: Path) -> str:
+    parts = path.relative_to(REPO).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def harness_imports(path: Path) -> list[str]:
+    """Every harness module `path` imports, at any depth of its code."""
+    found = []
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.Import):
+            found += [alias.name for alias in node.names if alias.name.startswith("harness")]
+        elif isinstance(node, ast.ImportFrom) and (node.module or "").startswith("harness"):
+            base = node.module or ""
+            # `from harness.run import session` imports harness.run.session
+            found += [
+                f"{base}.{alias.name}" if base.count(".") < 2 else base for alias in node.names
+            ]
+    return found
+
+
+MODULES = sorted(HARNESS.rglob("*.py"))
+
+
+def test_every_module_lies_in_a_wing_or_among_the_shared_ones() -> None:
+    folders = {p.parent.name for p in MODULES if p.parent != HARNESS}
+    assert folders == set(WINGS)
+
+
+@pytest.mark.parametrize("path", MODULES, ids=lambda p: str(p.relative_to(REPO)))
+def test_imports_follow_the_direction_of_the_wings(path: Path) -> None:
+    importer = part(module_name(path))
+    wrong = [m for m in harness_imports(path) if part(m) not in ALLOWED[importer]]
+    assert not wrong, f"{importer} module {module_name(path)} imports {wrong}"
+
+
+def test_the_direction_test_sees_a_wrong_import(tmp_path: Path) -> None:
+    fake = tmp_path / "harness" / "results" / "bad.py"
+    fake.parent.mkdir(parents=True)
+    fake.write_text("from harness.measure import timing\nimport harness.run.session\n")
+    imported = harness_imports(fake)
+    assert imported == ["harness.measure.timing", "harness.run.session"]
+    assert [part(m) for m in imported] == ["measure", "run"]
+    assert not {"measure", "run"} & ALLOWED["results"]
+
+
+@pytest.mark.parametrize(
+    "path", [*MODULES, REPO / "run.py"], ids=lambda p: str(p.relative_to(REPO))
+)
+def test_modules_and_functions_are_short(path: Path) -> None:
+    text = path.read_text(encoding="utf-8")
+    assert len(text.splitlines()) <= MAX_MODULE_LINES
+    long = [
+        f"{node.name} ({node.end_lineno - node.lineno + 1} lines)"
+        for node in ast.walk(ast.parse(text))
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef))
+        and node.end_lineno is not None
+        and node.end_lineno - node.lineno + 1 > MAX_FUNCTION_LINES
+    ]
+    assert not long, f"functions over {MAX_FUNCTION_LINES} lines: {long}"
