@@ -27,19 +27,24 @@ def lines() -> list[dict]:
     return [json.loads(line) for line in text.splitlines()]
 
 
-def newest(records: list[RunRecord], problem: str, solution: str) -> RunRecord:
-    return [r for r in records if (r.problem, r.solution) == (problem, solution)][-1]
+ISSUE_5_RUN = "20261129-131410-2b0e8b"  # run.py --all --compile at 6786b02, flat settings
+ISSUE_11_RUN = "20261130-200741-a673f8"  # the same at f8defa8, settings recorded whole
+
+
+def of_run(records: list[RunRecord], run_id: str, problem: str, solution: str) -> RunRecord:
+    (found,) = [
+        r for r in records if (r.run_id, r.problem, r.solution) == (run_id, problem, solution)
+    ]
+    return found
 
 
 def test_every_committed_line_reads_as_a_record(records: list[RunRecord], lines: list) -> None:
-    assert len(records) == len(lines) == 24
+    assert len(records) == len(lines) >= 30  # later runs append; none is ever dropped
     assert [r.time for r in records] == [line["time"] for line in lines]
 
 
-def test_the_newest_smooth_l1_fast_cuda_row_holds_what_its_table_shows(
-    records: list[RunRecord],
-) -> None:
-    fast = newest(records, "smooth_l1", "fast_cuda")
+def test_an_issue_5_row_holds_what_its_table_showed(records: list[RunRecord]) -> None:
+    fast = of_run(records, ISSUE_5_RUN, "smooth_l1", "fast_cuda")
     assert (fast.run_id, fast.status, fast.checks, fast.cases) == (
         "20261129-131410-2b0e8b",
         status.OK,
@@ -68,13 +73,26 @@ def test_new_records_write_back_the_json_they_were_read_from(
     records: list[RunRecord], lines: list
 ) -> None:
     """Every key but `settings` (recorded whole now, not in the old flat form) round-trips."""
-    newest_run = [r for r in records if r.run_id == "20261129-131410-2b0e8b"]
-    assert len(newest_run) == 6
-    for read in newest_run:
+    issue_5 = [r for r in records if r.run_id == ISSUE_5_RUN]
+    assert len(issue_5) == 6
+    for read in issue_5:
         (line,) = [d for d in lines if (d["time"], d["solution"]) == (read.time, read.solution)]
         written = read.to_dict()
         assert written.pop("settings") == read.settings.to_dict()
         assert written == {k: v for k, v in line.items() if k != "settings"}
+
+
+def test_records_with_whole_settings_write_back_exactly(
+    records: list[RunRecord], lines: list
+) -> None:
+    issue_11 = [r for r in records if r.run_id == ISSUE_11_RUN]
+    assert len(issue_11) == 6
+    for read in issue_11:
+        (line,) = [d for d in lines if (d["time"], d["solution"]) == (read.time, read.solution)]
+        assert read.to_dict() == line
+    fast = of_run(records, ISSUE_11_RUN, "smooth_l1", "fast_cuda")
+    assert fast.machine.commit == "f8defa8" and fast.settings.timing.compile is True
+    assert fast.settings.checking.secret > 0 and fast.settings.device == "cuda:0"
 
 
 def test_the_oldest_records_read_with_none_where_a_key_did_not_exist_yet(
@@ -95,8 +113,9 @@ def test_the_oldest_records_read_with_none_where_a_key_did_not_exist_yet(
 def test_the_committed_compile_baselines_match_the_rows_that_used_them(
     records: list[RunRecord],
 ) -> None:
-    fast = newest(records, "smooth_l1", "fast_cuda")
     entries = files.read(H200, baselines.LOG_NAME)
-    for bench in fast.benchmarks:
-        baseline, versus = baselines.versus(bench, entries, run_id="another run")
-        assert baseline == bench.compile and versus == bench.vs_compile
+    for run_id in (ISSUE_5_RUN, ISSUE_11_RUN):
+        fast = of_run(records, run_id, "smooth_l1", "fast_cuda")
+        for bench in fast.benchmarks:
+            baseline, versus = baselines.versus(bench, entries, run_id="another run")
+            assert baseline == bench.compile and versus == bench.vs_compile
