@@ -32,6 +32,7 @@ class Measurement:
     times_us: tuple[float, ...]
     method: str  # "cuda_events", "cuda_graph" or "wall_clock"
     host_us: float | None = None  # median host time to enqueue the call (GPU timers)
+    synchronizes: bool | None = None  # the call waits for the device (CUDA timers; None: unknown)
 
     @property
     def count(self) -> int:
@@ -76,11 +77,14 @@ class Measurement:
             "rse": self.rse,
             "host_us": self.host_us,
             "times_us": list(self.times_us),
+            **({"synchronizes": self.synchronizes} if self.synchronizes is not None else {}),
         }
 
     @classmethod
     def from_dict(cls, data: Data) -> Measurement:
-        return cls(tuple(data["times_us"]), data["method"], data.get("host_us"))
+        return cls(
+            tuple(data["times_us"]), data["method"], data.get("host_us"), data.get("synchronizes")
+        )
 
 
 Flat = TypeVar("Flat", bound="_Flat")

@@ -29,6 +29,7 @@ def test_cuda_solution_is_built_for_the_gpu_checked_and_timed_with_events(gpu_cl
         assert bench["solution"]["method"] == "cuda_events"
         assert bench["speedup"]["low"] <= bench["speedup"]["value"] <= bench["speedup"]["high"]
         assert 0 < bench["floor_us"] < 50 and bench["bytes"] > 0
+        assert bench["solution"]["synchronizes"] is False  # it only enqueues its kernel
     assert record["ceiling"]["copy_gbps"] > 100
 
 
@@ -100,3 +101,21 @@ def test_calling_torch_multilabel_margin_loss_is_rejected(gpu_cli: CliRun) -> No
     record = gpu_cli.record("calls_torch_loss")
     assert (record["status"], record.get("reason")) == ("rejected", "no_own_kernel")
     assert "multilabel_margin_loss" in record["detail"]
+
+
+@pytest.mark.parametrize("mode", ["device", "item", "cpu", "copy"])
+def test_a_solution_that_synchronizes_is_timed_as_it_runs_in_a_loop(
+    gpu_cli, mode: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("TOY_SYNC", mode)  # the worker inherits it
+    solution = toy_solution("cuda_synchronizes")
+    assert gpu_cli("--problem", str(TOY), "--solution", solution, "--max-samples", "200") == 0
+    record = gpu_cli.record("cuda_synchronizes")
+    assert record["status"] == "ok", record["detail"]
+    for bench in record["benchmarks"]:
+        solution_timing, reference = bench["solution"], bench["reference"]
+        assert solution_timing["synchronizes"] is True and reference["synchronizes"] is False
+        # The timed figure is what a loop of such calls costs per call (within 20%).
+        assert abs(solution_timing["median_us"] / bench["wall_us"] - 1) <= 0.2, bench["wall_us"]
+    table = next((gpu_cli.root / "results").glob("*/toy.md")).read_text()
+    assert "solution synchronizes with the device" in table

@@ -163,3 +163,13 @@ def test_old_rows_without_a_paired_speedup_show_the_ratio_of_medians_without_int
     assert row["speedup_low"] is None and row["speedup_high"] is None
     line = report.markdown_table([row]).splitlines()[2]
     assert "2.50x" in [cell.strip() for cell in line.strip("|").split("|")]
+
+
+def test_a_side_that_waits_for_the_device_is_flagged_in_the_row() -> None:
+    row = timed(10.0, 25.0)
+    waits = replace(row, solution=replace(row.solution, synchronizes=True))
+    (flagged,) = report.table_rows([run("waits", benchmarks=[waits])])
+    assert "solution synchronizes with the device" in flagged["flags"]
+    assert "reference synchronizes" not in flagged["flags"]
+    (plain,) = report.table_rows([run("plain", benchmarks=[row])])
+    assert "synchronizes" not in plain["flags"]

@@ -17,6 +17,7 @@ from harness.measure.timing import (
     WallTimer,
     floor_us,
     sample,
+    waits_for_device,
 )
 from harness.settings import StopRule
 
@@ -191,6 +192,55 @@ def test_measurement_round_trips_through_a_record() -> None:
     assert data["median_us"] == 2.0 and data["count"] == 3 and data["min_us"] == 1.0
     assert data["median_low_us"] <= 2.0 <= data["median_high_us"]
     assert Measurement.from_dict(data) == m
+
+
+def test_measurement_says_whether_the_call_waits_for_the_device() -> None:
+    waits = Measurement((3.0, 1.0, 2.0), "cuda_events", host_us=4.0, synchronizes=True)
+    assert waits.to_dict()["synchronizes"] is True
+    assert Measurement.from_dict(waits.to_dict()) == waits
+    assert "synchronizes" not in Measurement((1.0,), "wall_clock").to_dict()  # unknown: unsaid
+
+
+@pytest.mark.parametrize(
+    ("host_us", "waits"),
+    [
+        ([12.0, 14.0], False),  # returns at once behind either sleep: it only enqueues work
+        ([3000.0, 3100.0], False),  # slow on the host, but not because of the device
+        ([1010.0, 4012.0], True),  # waits out each sleep: it synchronizes
+        ([620.0, 2190.0], True),  # waits for most of each (the sleep had begun before)
+    ],
+)
+def test_a_call_waits_for_the_device_when_its_host_time_follows_the_sleep(
+    host_us: list[float], waits: bool
+) -> None:
+    assert waits_for_device((1000.0, 4000.0), host_us) is waits
+
+
+def test_sampling_starts_from_a_timer_that_has_forgotten_earlier_calls() -> None:
+    class Forgetful(FakeTimer):
+        resets = 0
+
+        def reset(self) -> None:
+            self.resets += 1
+
+    timer = Forgetful({"a": 5.0}, cv=0.0, seed=0)
+    sample({"a": lambda: None}, timer, RULE, timer.clock)
+    sample({"a": lambda: None}, timer, RULE, timer.clock)
+    assert timer.resets == 2
+
+
+@pytest.mark.gpu
+def test_cuda_timer_probes_whether_a_call_waits_for_the_device() -> None:
+    device = torch.device("cuda")
+    timer = CudaTimer(device)
+    x = torch.randn(1 << 16, device=device)
+    rule = StopRule(warmup_ms=5, min_samples=20, max_samples=100, budget_ms=500)
+    calls = {"enqueues": lambda: x.mul(2), "waits": lambda: x.mul(2).sum().item()}
+    sampled = sample(calls, timer, rule)
+    assert sampled.measurements["enqueues"].synchronizes is False
+    assert sampled.measurements["waits"].synchronizes is True
+    # Timed without the host-hiding sleep, a waiting call costs microseconds, not the sleep.
+    assert sampled.measurements["waits"].median_us < 1000
 
 
 @pytest.mark.gpu

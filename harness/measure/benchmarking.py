@@ -18,6 +18,7 @@ still starts with its inputs out of cache, and launch overhead is gone from the 
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import random
 import threading
@@ -160,9 +161,8 @@ def _sample(
         )
     row: dict[str, Any] = {"mode": timer.method, "stop": sampled.stop, "note": note}
     for name, measured in sampled.measurements.items():
-        scaled = timing.Measurement(
-            tuple(t / per_call for t in measured.times_us), measured.method, measured.host_us
-        )
+        per_model = tuple(t / per_call for t in measured.times_us)
+        scaled = dataclasses.replace(measured, times_us=per_model)
         row[name] = scaled.to_dict()
     first, second = list(models)
     row["speedup"] = stats.paired_ratio(row[first]["times_us"], row[second]["times_us"]).to_dict()

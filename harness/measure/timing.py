@@ -62,7 +62,11 @@ def sample(
     clock: Clock = time.perf_counter,
     after_batch: Callable[[int], None] | None = None,
 ) -> Sampled:
-    """Time `calls` side by side, round by round, under `rule` (see the module doc)."""
+    """Time `calls` side by side, round by round, under `rule` (see the module doc). A timer
+    that keeps what it learnt of each call (CudaTimer) forgets it first: these calls are new."""
+    reset = getattr(timer, "reset", None)
+    if reset is not None:
+        reset()
     names = list(calls)
     start = clock()
     while True:  # warm-up: whole rounds, at least one
@@ -85,8 +89,9 @@ def sample(
         stop = _stop_reason(samples, rule, done, clock() - start)
         if stop:
             host = getattr(timer, "host_us", {})
+            waits = getattr(timer, "synchronizing", {})
             measured = {
-                name: Measurement(tuple(values), timer.method, host.get(name))
+                name: Measurement(tuple(values), timer.method, host.get(name), waits.get(name))
                 for name, values in samples.items()
             }
             return Sampled(measured, stop, batches)
@@ -165,10 +170,18 @@ FLUSHES = (*settings.FLUSHES, None)  # None: no flush (CUDA-graph replays)
 
 
 class CudaTimer:
-    """CUDA events around each call, with an L2 flush and a host-hiding sleep before it."""
+    """CUDA events around each call, with an L2 flush and a host-hiding sleep before it.
+
+    A call that waits for the device (cudaDeviceSynchronize, .item(), .cpu(), a blocking copy)
+    would wait for the sleep too, so its host time, and with it the next sleep, would grow
+    round after round. Each call is probed once, before its first timed run (`synchronizes`);
+    a call that waits is timed without the sleep, the device idle at its start event: the
+    figure is then its kernels plus its synchronisation, as a loop of such calls costs.
+    """
 
     HOST_MARGIN = 1.5  # the sleep covers this many times the call's median host time ...
     HOST_EXTRA_US = 10.0  # ... plus this
+    PROBE_SLEEPS_US = (1000.0, 4000.0)  # the two sleeps a call is probed behind
 
     def __init__(
         self, device: torch.device, flush: str | None = "read", method: str = "cuda_events"
@@ -182,6 +195,11 @@ class CudaTimer:
         self.sink = torch.empty((), dtype=torch.float32, device=device)
         self.cycles_per_us = sleep_cycles_per_us(device)
         self.host_us: dict[str, float] = {}
+        self.synchronizing: dict[str, bool] = {}  # by call name, once probed
+
+    def reset(self) -> None:
+        """Forget which calls wait for the device: the next calls are probed afresh."""
+        self.synchronizing.clear()
 
     def flush(self) -> None:
         """Evict the previous call's lines from L2 (see FLUSHES)."""
@@ -193,13 +211,20 @@ class CudaTimer:
             torch.sum(self.buffer, dim=0, out=self.sink)
 
     def run(self, calls: Sequence[Call]) -> list[float]:
+        for call in calls:
+            name = getattr(call, "name", "")
+            if name not in self.synchronizing:
+                self.synchronizing[name] = self.probe(call)
         pairs, host = [], []
         for call in calls:
             name = getattr(call, "name", "")
             _prepare(call)
             self.flush()
-            cover = self.HOST_MARGIN * self.host_us.get(name, 50.0) + self.HOST_EXTRA_US
-            torch.cuda._sleep(int(cover * self.cycles_per_us))
+            if self.synchronizing[name]:
+                torch.cuda.synchronize(self.device)  # the flush done: only the call is timed
+            else:
+                cover = self.HOST_MARGIN * self.host_us.get(name, 50.0) + self.HOST_EXTRA_US
+                torch.cuda._sleep(int(cover * self.cycles_per_us))
             start = torch.cuda.Event(enable_timing=True)
             end = torch.cuda.Event(enable_timing=True)
             start.record()
@@ -212,6 +237,26 @@ class CudaTimer:
         for name in {n for n, _ in host}:
             self.host_us[name] = statistics.median(t for n, t in host if n == name)
         return [start.elapsed_time(end) * 1e3 for start, end in pairs]
+
+    def probe(self, call: Call) -> bool:
+        """Whether `call` waits for the device: its host time behind each of two sleeps."""
+        behind = []
+        for sleep_us in self.PROBE_SLEEPS_US:
+            _prepare(call)
+            torch.cuda.synchronize(self.device)
+            torch.cuda._sleep(int(sleep_us * self.cycles_per_us))
+            begin = time.perf_counter()
+            call()
+            behind.append((time.perf_counter() - begin) * 1e6)
+            torch.cuda.synchronize(self.device)
+        return waits_for_device(self.PROBE_SLEEPS_US, behind)
+
+
+def waits_for_device(sleeps_us: tuple[float, float], host_us: list[float]) -> bool:
+    """True when a call's host time grew with the sleep queued before it by more than half the
+    difference: it waited for the device. A call that only enqueues work returns at once,
+    whatever the device is still doing."""
+    return host_us[1] - host_us[0] > 0.5 * (sleeps_us[1] - sleeps_us[0])
 
 
 def flush_buffer(device: torch.device) -> torch.Tensor:

@@ -183,6 +183,12 @@ def flags(bench: BenchRow, columns: dict[str, Any]) -> list[str]:
             f"ABOVE the copy ceiling ({columns['ceiling_pct']:.0f}%): a warm cache, a wrong "
             "byte count, or skipped work"
         )
+    for side, timing in (("solution", bench.solution), ("reference", bench.reference)):
+        if timing.synchronizes:
+            found.append(
+                f"{side} synchronizes with the device (timed with its synchronisation, as a "
+                "loop of such calls runs)"
+            )
     if bench.launch_bound and bench.floor_us is not None:
         found.append(f"launch-bound (floor {bench.floor_us:.1f} us; try --graph)")
     for side, timing in (("solution", bench.solution), ("reference", bench.reference)):
