@@ -17,7 +17,7 @@ measure/   the worker process, one per solution: builds, checks and times it
     anticheat  the rules each inspected call must keep (inputs, aliasing, late work, poison)
     feeding    fresh inputs for every timed call, and spot checks of timed outputs
     integrity  notice a solution replacing the clocks, timers or the harness's functions
-    profiling  the profiler's check that a solution runs kernels of its own
+    profiling  the profiler's check that a solution runs kernels of its own, not as a fig leaf
     benchmarking  time each benchmark shape (solution vs eager, or the torch.compile baseline)
     timing     sample calls side by side under the stopping rule; CUDA-event and wall timers
     roofline   bytes and FLOPs a problem must move, and the GPU's copy-bandwidth ceiling

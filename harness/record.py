@@ -262,9 +262,9 @@ class Machine(_Flat):
 class RunRecord:
     """One solution's run: what ran, where, how, and what came of it (status.MEANING).
 
-    `device`, `builds` and `build_s` are None where the run never got that far, and `reason`
-    unless the solution broke a rule; each is then left out of the JSON. `ceiling` is None on a
-    CPU and in old records.
+    `device`, `builds` and `build_s` are None where the run never got that far, `reason` unless
+    the solution broke a rule, and the shares where no kernel was profiled (a CPU, an old
+    record); each is then left out of the JSON. `ceiling` is None on a CPU and in old records.
     """
 
     run_id: str
@@ -288,6 +288,9 @@ class RunRecord:
     reason: str | None = None  # the rule a "rejected" solution broke
     builds: tuple[Build, ...] | None = None
     build_s: float | None = None
+    # Of the solution's device time in its profiled call, from 0 to 1 (harness.measure.profiling)
+    own_share: float | None = None  # in its own kernels
+    reference_share: float | None = None  # in kernels the reference launches too
 
     def to_dict(self) -> dict[str, Any]:
         """The record as its JSON line holds it."""
@@ -305,6 +308,8 @@ class RunRecord:
             "reason": self.reason,
             "builds": builds,
             "build_s": self.build_s,
+            "own_share": self.own_share,
+            "reference_share": self.reference_share,
         }
         return {**data, **{k: v for k, v in present_only.items() if v is not None}}
 
@@ -323,6 +328,8 @@ class RunRecord:
             reason=data.get("reason"),
             builds=None if builds is None else tuple(Build.from_dict(b) for b in builds),
             build_s=data.get("build_s"),
+            own_share=data.get("own_share"),
+            reference_share=data.get("reference_share"),
         )
 
 

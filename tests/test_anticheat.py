@@ -17,6 +17,7 @@ from harness import matching, status
 from harness.errors import Verdict
 from harness.matching import Tolerance
 from harness.measure import anticheat, benchmarking, feeding, integrity, profiling
+from harness.measure.profiling import Kernel, Profile
 from harness.run import scan
 from tests.conftest import FIXTURES
 
@@ -200,14 +201,15 @@ def test_a_gpu_solution_must_launch_a_kernel_named_in_its_own_source(tmp_path: P
     source = tmp_path / "mine.py"
     source.write_text('CUDA = "__global__ void scale_add_kernel(...) {}"\n')
     cuda = torch.device("cuda")
-    reference = profiling.Profile(frozenset({"aten::mul", "aten::add"}), (PYTORCH_KERNEL,))
-    torch_only = profiling.Profile(frozenset({"aten::mul", "aten::add"}), (PYTORCH_KERNEL,))
+    ops = frozenset({"aten::mul", "aten::add"})
+    reference = profiling.Profile(ops, (Kernel(PYTORCH_KERNEL),))
+    torch_only = profiling.Profile(ops, (Kernel(PYTORCH_KERNEL),))
     assert rule_of(profiling.judge, reference, torch_only, cuda, source, True) == "no_own_kernel"
     # A PyTorch kernel's name in the source does not make it the solution's own.
     source.write_text("# vectorized_elementwise_kernel\n")
     assert rule_of(profiling.judge, reference, torch_only, cuda, source, True) == "no_own_kernel"
     source.write_text('CUDA = "__global__ void scale_add_kernel(...) {}"\n')
-    mine = profiling.Profile(frozenset({"aten::empty_like"}), (OWN_KERNEL,))
+    mine = profiling.Profile(frozenset({"aten::empty_like"}), (Kernel(OWN_KERNEL),))
     assert profiling.judge(reference, mine, cuda, source, True) == []
 
 
@@ -228,6 +230,133 @@ def test_the_profiler_sees_the_top_level_operators_only() -> None:
     seen = profiling.profile(lambda: torch.nn.functional.multilabel_margin_loss(x, target), CPU)
     assert "aten::multilabel_margin_loss" in seen.ops
     assert "aten::multilabel_margin_loss_forward" not in seen.ops  # called inside it
+
+
+# Kernels as the profiler names them, for synthetic profiles (durations in us).
+MUL = "void at::native::vectorized_elementwise_kernel<4, at::native::AUnaryFunctor<float, float, float, at::native::binary_internal::MulFunctor<float> >, std::array<char*, 2ul> >(int, at::native::AUnaryFunctor<float, float, float, at::native::binary_internal::MulFunctor<float> >, std::array<char*, 2ul>)"  # noqa: E501
+ADD = "void at::native::vectorized_elementwise_kernel<4, at::native::CUDAFunctorOnSelf_add<float>, std::array<char*, 2ul> >(int, at::native::CUDAFunctorOnSelf_add<float>, std::array<char*, 2ul>)"  # noqa: E501
+RELU = "void at::native::vectorized_elementwise_kernel<4, at::native::(anonymous namespace)::launch_clamp_scalar(at::TensorIteratorBase&, c10::Scalar, c10::Scalar, at::native::detail::ClampLimits)::{lambda()#1}::operator()() const::{lambda()#7}::operator()() const::{lambda(float)#1}, std::array<char*, 2ul> >(int, float, std::array<char*, 2ul>)"  # noqa: E501
+GEMM = "sm90_xmma_gemm_f32f32_f32f32_f32_tn_n_tilesize128x128x16_warpgroupsize1x1x1_execute_segment_k_off_kernel__5x_cublas"  # noqa: E501
+SUM = "void at::native::reduce_kernel<512, 1, at::native::ReduceOp<float, at::native::func_wrapper_t<float, at::native::sum_functor<float, float, float>::operator()(at::TensorIterator&)::{lambda(float, float)#1}>, unsigned int, float, 4, 4> >(at::native::ReduceOp<float, at::native::func_wrapper_t<float, at::native::sum_functor<float, float, float>::operator()(at::TensorIterator&)::{lambda(float, float)#1}>, unsigned int, float, 4, 4>)"  # noqa: E501
+TOUCH = "void touch_kernel(float const*, float*)"
+SOURCE = """CUDA = '''
+__global__ void touch_kernel(const float* x, float* y) {}
+__global__ void scale_add_kernel(const float* x, float* y, float scale, long n) {}
+__global__ void bias_relu_kernel(float* y, const float* bias, long n) {}
+__global__ void partial_sum_kernel(const float* x, float* partial, long n) {}
+'''
+"""
+TOY_REFERENCE = Profile(frozenset({"aten::mul", "aten::add"}), (Kernel(MUL, 1.8), Kernel(ADD, 1.7)))
+LINEAR_RELU = Profile(  # relu(x @ w.T + b) as PyTorch runs it: a gemm, then the bias and relu
+    frozenset({"aten::matmul", "aten::add", "aten::relu"}),
+    (Kernel(GEMM, 900.0), Kernel(ADD, 40.0), Kernel(RELU, 40.0)),
+)
+
+
+def judged(reference: Profile, solution: Profile, tmp_path: Path) -> list[str]:
+    source = tmp_path / "solution.py"
+    source.write_text(SOURCE)
+    return profiling.judge(reference, solution, torch.device("cuda"), source, True)
+
+
+def test_a_fig_leaf_kernel_beside_the_references_own_kernels_is_rejected(tmp_path: Path) -> None:
+    """A tiny kernel of its own on a slice, then PyTorch's x * scale + 1: at the toy's size
+    every kernel takes about the launch floor, so its own share is about a third."""
+    fig_leaf = Profile(TOY_REFERENCE.ops, (Kernel(TOUCH, 1.2), Kernel(MUL, 1.8), Kernel(ADD, 1.7)))
+    assert profiling.reruns_reference(TOY_REFERENCE, fig_leaf)
+    shares = profiling.shares(TOY_REFERENCE, fig_leaf, SOURCE)
+    assert shares.own == pytest.approx(1.2 / 4.7) and shares.reference == pytest.approx(3.5 / 4.7)
+    with pytest.raises(Verdict) as caught:
+        judged(TOY_REFERENCE, fig_leaf, tmp_path)
+    assert caught.value.reason == "fig_leaf"
+    assert caught.value.detail == (
+        "launches every kernel the reference launches (2 launches, 74.5% of its device time) "
+        "besides its own (touch_kernel, 25.5%): the answer is PyTorch's [rule: fig_leaf]"
+    )
+    # At a real size the leaf is a sliver: the same rule, with a wider margin.
+    loss = Profile(frozenset({"aten::multilabel_margin_loss"}), (Kernel(SUM, 300.0),))
+    leaf = Profile(loss.ops, (Kernel(TOUCH, 2.0), Kernel(SUM, 300.0)))
+    assert rule_of(judged, loss, leaf, tmp_path) == "fig_leaf"
+
+
+def test_a_level_2_solution_sharing_the_references_gemm_stays_ok_with_its_shares(
+    tmp_path: Path,
+) -> None:
+    """cuBLAS's gemm, as the reference runs it, and its own kernel in place of the reference's
+    bias and relu kernels: a small own share, but it replaced work rather than re-ran it all."""
+    epilogue = Kernel("void bias_relu_kernel<float>(float*, float const*, long)", 45.0)
+    fused = Profile(frozenset({"aten::matmul"}), (Kernel(GEMM, 900.0), epilogue))
+    assert not profiling.reruns_reference(LINEAR_RELU, fused)
+    shares = profiling.shares(LINEAR_RELU, fused, SOURCE)
+    assert shares.own == pytest.approx(45 / 945) and shares.reference == pytest.approx(900 / 945)
+    assert shares.pytorch == 0.0  # cuBLAS's kernel is the library's, not PyTorch's own
+    assert judged(LINEAR_RELU, fused, tmp_path) == [
+        "calls the reference's own operator(s) aten::matmul"
+    ]
+
+
+def test_an_honest_solution_does_all_its_device_time_in_its_own_kernels(tmp_path: Path) -> None:
+    own = Kernel("void scale_add_kernel(float const*, float*, float, long)", 2.1)
+    mine = Profile(frozenset(), (own,))
+    shares = profiling.shares(TOY_REFERENCE, mine, SOURCE)
+    assert (shares.own, shares.reference, shares.pytorch) == (1.0, 0.0, 0.0)
+    assert judged(TOY_REFERENCE, mine, tmp_path) == []
+
+
+def test_launching_the_references_kernels_too_is_fine_when_its_own_do_most_of_the_work(
+    tmp_path: Path,
+) -> None:
+    """Its own partial sums over the input, finished by the torch.sum the reference calls."""
+    reference = Profile(frozenset({"aten::sum"}), (Kernel(SUM, 50.0),))
+    partial = Kernel("void partial_sum_kernel(float const*, float*, long)", 40.0)
+    two_pass = Profile(frozenset({"aten::sum"}), (partial, Kernel(SUM, 3.0)))
+    assert profiling.reruns_reference(reference, two_pass)
+    assert profiling.shares(reference, two_pass, SOURCE).own == pytest.approx(40 / 43)
+    assert judged(reference, two_pass, tmp_path) == [
+        "calls the reference's own operator(s) aten::sum"
+    ]
+
+
+def test_launches_are_counted_and_pytorch_doing_most_of_the_work_is_a_warning(
+    tmp_path: Path,
+) -> None:
+    """Fewer launches of a kernel than the reference made is no re-run of it; but with
+    PyTorch's own kernels doing most of its time, the row says so."""
+    reference = Profile(frozenset({"aten::add"}), (Kernel(ADD, 2.0), Kernel(ADD, 2.0)))
+    once = Profile(frozenset({"aten::add"}), (Kernel(TOUCH, 1.0), Kernel(ADD, 2.0)))
+    assert not profiling.reruns_reference(reference, once)
+    assert judged(reference, once, tmp_path) == [
+        "calls the reference's own operator(s) aten::add",
+        "PyTorch's own kernels do 66.7% of its device time, its own 33.3%",
+    ]
+    assert not profiling.reruns_reference(Profile(frozenset(), ()), once)  # nothing to re-run
+
+
+def test_a_library_kernel_the_reference_launches_is_never_the_solutions_own(
+    tmp_path: Path,
+) -> None:
+    """Naming cuBLAS's gemm in a comment does not make it the solution's kernel."""
+    reference = Profile(frozenset({"aten::mm"}), (Kernel(GEMM, 900.0),))
+    source = tmp_path / "solution.py"
+    source.write_text(f"# {GEMM}\n")
+    cuda = torch.device("cuda")
+    assert rule_of(profiling.judge, reference, reference, cuda, source, True) == "no_own_kernel"
+    runtime = Profile(frozenset(), (Kernel("Memcpy DtoD (Device -> Device)", 5.0),))
+    source.write_text("# DtoD\n")  # nor is the runtime's copy
+    assert rule_of(profiling.judge, reference, runtime, cuda, source, True) == "no_own_kernel"
+
+
+def test_without_kernel_durations_there_are_no_shares_and_no_fig_leaf_verdict(
+    tmp_path: Path,
+) -> None:
+    untimed = Profile(TOY_REFERENCE.ops, (Kernel(TOUCH), Kernel(MUL), Kernel(ADD)))
+    assert profiling.shares(TOY_REFERENCE, untimed, SOURCE) == profiling.Shares()
+    assert judged(TOY_REFERENCE, untimed, tmp_path)[-1] == (
+        "launches every kernel the reference launches, besides its own; "
+        "no kernel durations to weigh them"
+    )
+    assert profiling.device_us(object()) is None  # a torch whose events lack time_range
+    assert profiling.shares(TOY_REFERENCE, Profile(frozenset(), ()), SOURCE).own is None
 
 
 def test_the_scan_names_what_it_found_in_the_cheats() -> None:

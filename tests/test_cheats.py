@@ -44,7 +44,7 @@ EXPECTED = {
 # one depends on where the allocator puts the copies; both are failures, each named.
 POINTER_VERDICTS = {("incorrect", None), ("rejected", "nondeterministic")}
 FLAGGED = "calls_reference"  # not rejected on a CPU, but flagged: see test_gpu for the GPU
-GPU_ONLY = ("side_stream", "side_stream_when_timed")
+GPU_ONLY = ("side_stream", "side_stream_when_timed", "fig_leaf")
 
 
 def test_every_fixture_has_an_expected_verdict() -> None:

@@ -9,7 +9,8 @@ to the job's log file, never into the pipe.
          the rules of harness.anticheat
   time   every benchmark of the problem: check once more, then time reference and solution
          side by side (harness.benchmarking); then profile one call of each
-         (harness.profiling: a GPU solution must launch kernels of its own)
+         (harness.profiling: a GPU solution must launch kernels of its own, and not as a fig
+         leaf beside the reference's; the shares of its device time are in the result)
 
 The clocks, timers and comparisons the harness uses are recorded before the solution is
 imported and verified after each step (harness.integrity).
@@ -141,7 +142,7 @@ def run(job: Job, send: Send) -> dict[str, Any]:
         send("phase", phase="time")
         result["benchmarks"] = time_benchmarks(problem, model_new, device, job.settings)
         snapshot.verify("during the timing")
-        result["warnings"] = _own_work(job, problem, model_new, device, bool(watcher.builds))
+        result["warnings"] = _own_work(job, problem, model_new, device, watcher, result)
     except Verdict as verdict:  # a row without timings: they mean nothing for a failed solution
         result.update(
             status=verdict.status, detail=verdict.detail, reason=verdict.reason, benchmarks=[]
@@ -214,10 +215,17 @@ def _load_solution(job: Job, device: torch.device, watcher: BuildWatcher) -> typ
 
 
 def _own_work(
-    job: Job, problem: Problem, model_new: type, device: torch.device, built: bool
+    job: Job,
+    problem: Problem,
+    model_new: type,
+    device: torch.device,
+    watcher: BuildWatcher,
+    result: dict[str, Any],
 ) -> list[str]:
     """Profile one call of each side on the first case (harness.profiling): warnings, or the
-    "no_own_kernel" rejection. A profiler that fails here only costs the check, with a warning."""
+    "no_own_kernel" or "fig_leaf" rejection. The shares of the solution's device time go into
+    `result` first, so a rejected row keeps them. A profiler that fails here only costs the
+    check, with a warning."""
     case = problem.cases[0]
     seeds = Seeds(job.settings.checking.seed, job.settings.checking.secret)
     reference, solution = build_models(problem, model_new, case, seeds.case(0), device)
@@ -232,7 +240,10 @@ def _own_work(
     except Exception as err:
         traceback.print_exc()
         return [f"profiler check skipped ({describe_error(err)})"]
-    return profiling.judge(expected, got, device, Path(job.solution), built)
+    path = Path(job.solution)
+    shares = profiling.shares(expected, got, profiling.source_text(path))
+    result.update(own_share=shares.own, reference_share=shares.reference)
+    return profiling.judge(expected, got, device, path, bool(watcher.builds))
 
 
 def _why_not_cuda() -> str:

@@ -58,6 +58,8 @@ CSV_COLUMNS = [c for c in COLUMNS if c not in ("notes", "speedup", "vs_compile")
     "sm_mhz",
     "temp_c",
     "throttled_samples",
+    "own_share",
+    "reference_share",
     "flags",
     "detail",
     "warnings",
@@ -97,6 +99,8 @@ def table_rows(problem_records: list[RunRecord]) -> list[dict[str, Any]]:
             "log": record.log,
             "solution_path": record.solution_path,
             "run_id": record.run_id,
+            "own_share": record.own_share,
+            "reference_share": record.reference_share,
         }
         if not record.benchmarks:
             rows.append({**base, "shape": "-"})

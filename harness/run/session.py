@@ -131,6 +131,8 @@ class Session:
             reason=result.get("reason"),
             builds=None if builds is None else tuple(Build.from_dict(b) for b in builds),
             build_s=result.get("build_s"),
+            own_share=result.get("own_share"),
+            reference_share=result.get("reference_share"),
         )
 
     def _compile_baselines(self, source: ProblemSource, problem: Problem) -> list[dict[str, Any]]:
