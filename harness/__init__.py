@@ -10,6 +10,7 @@ run/       the parent process, one per run.py: finds the work and drives it
     machine    describe the machine a run happened on
     progress   tell the user what a long step is doing
     scan       a static scan of a solution's source, as warnings
+    plants     remove modules a solution planted where later processes import from
 measure/   the worker process, one per solution: builds, checks and times it
     worker     load, check and time one solution (the worker's entry point)
     builds     watch the extension builds a solution makes

@@ -4,6 +4,7 @@ identity, the profiler's judgement, the static scan and the unseen-work cross-ch
 from __future__ import annotations
 
 import random
+import sys
 import threading
 import time
 from pathlib import Path
@@ -13,10 +14,10 @@ import pytest
 import torch
 
 import run
-from harness import matching, status
+from harness import loading, matching, status
 from harness.errors import Verdict
 from harness.matching import Tolerance
-from harness.measure import anticheat, benchmarking, feeding, integrity, profiling
+from harness.measure import anticheat, benchmarking, checking, feeding, integrity, profiling
 from harness.measure.profiling import Kernel, Profile
 from harness.run import scan
 from tests.conftest import FIXTURES
@@ -110,11 +111,13 @@ class Doubler(torch.nn.Module):
         return x * 2 + (1 if self.calls == self.wrong_on else 0)
 
 
-def fed(model: torch.nn.Module, wrong_to_check: bool = True) -> feeding.Feed:
+def fed(model: Any, sets: list[list[Any]] | None = None) -> feeding.Feed:
+    """A feed whose every call is checked against Doubler (seeded, for the tests)."""
     check = feeding.output_check(Doubler(), CPU, Tolerance())
-    checker = feeding.SpotChecker(check, random.Random(0), CPU, "benchmark 'b'")
-    checker.force(10**6 if wrong_to_check else 0)
-    return feeding.Feed(model, [[torch.randn(8, 8)], [torch.randn(8, 8)]], 3, checker)
+    checker = feeding.SpotChecker(check, CPU, "benchmark 'b'", random.Random(0))
+    checker.force(10**6)
+    sets = sets or [[torch.randn(8, 8)], [torch.randn(8, 8)]]
+    return feeding.Feed(model, sets, checker, random.Random(3))
 
 
 def test_a_spot_check_catches_one_wrong_timed_call() -> None:
@@ -145,14 +148,71 @@ def test_work_the_timer_did_not_see_is_rejected() -> None:
         threading.Thread(target=lambda: (time.sleep(0.005), out.copy_(x))).start()
         return out
 
-    feed = feeding.Feed(threaded, [[torch.ones(4)]], 0)
+    feed = feeding.Feed(threaded, [[torch.ones(4)]])
     feed.prepare()
     with pytest.raises(Verdict) as caught:
         benchmarking.check_seen(feed, timed_us=10.0, host_us=None, device=CPU)
     assert caught.value.reason == "unseen_work"
-    honest = feeding.Feed(lambda x: x * 2, [[torch.ones(4)]], 0)
+    honest = feeding.Feed(lambda x: x * 2, [[torch.ones(4)]])
     honest.prepare()
     assert benchmarking.check_seen(honest, timed_us=1e4, host_us=None, device=CPU) < 2e4
+
+
+class FixesItsFirstOutput(torch.nn.Module):
+    """Returns a wrong buffer on the first call of a check, and on the second (after the
+    reference) writes the right answer into that buffer: the first output, held by the harness,
+    would then match."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.first: torch.Tensor | None = None
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if self.first is None:
+            self.first = torch.zeros_like(x)
+            return self.first
+        self.first.copy_(x * 2)
+        return x * 2
+
+
+def test_a_call_that_changes_a_tensor_the_harness_holds_is_rejected() -> None:
+    problem = loading.problem_from_module("double", Path("double.py"), double_problem())
+    models = (Doubler(), FixesItsFirstOutput())
+    case = problem.cases[0]
+    assert rule_of(checking.check_once, problem, case, models, [torch.randn(3, 4)], CPU) == (
+        "harness_data_changed"
+    )
+    assert (
+        checking.check_once(problem, case, (Doubler(), Doubler()), [torch.randn(3, 4)], CPU) is None
+    )
+
+
+def double_problem() -> Any:
+    module = type(sys)("double")
+    module.Model = Doubler
+    module.get_inputs = lambda: [torch.randn(3, 4)]
+    module.get_init_inputs = lambda: []
+    return module
+
+
+def test_a_timed_input_set_overwritten_between_checks_is_rejected() -> None:
+    """A timed call that zeroes the other input sets (as a gc search could) is caught when a
+    later call on one of them is checked: the set no longer holds the values drawn for it."""
+    sets = [[torch.randn(8, 8)], [torch.randn(8, 8)]]
+
+    def zeroes_the_others(x: torch.Tensor) -> torch.Tensor:
+        for other in sets:
+            if other[0] is not x:
+                other[0].zero_()
+        return x * 2
+
+    feed = fed(zeroes_the_others, sets)
+    with pytest.raises(Verdict) as caught:
+        for _ in range(20):
+            feed.prepare()
+            feed()
+    assert caught.value.reason == "harness_data_changed"
+    assert "no longer hold the values the harness drew" in caught.value.detail
 
 
 @pytest.mark.parametrize(
@@ -368,6 +428,18 @@ def test_the_scan_names_what_it_found_in_the_cheats() -> None:
     assert found["returns_nan"] == []
     cuda_in_a_string = Path(FIXTURES / "toy_solutions" / "cuda_kernel.py")
     assert scan.scan(cuda_in_a_string) == []  # data_ptr() inside CUDA source is not Python
+
+
+def test_the_scan_names_what_hides_names_from_it() -> None:
+    """Names built at run time and pasted CUDA tokens are flagged as such: what they do is
+    for the dynamic rules to catch (the fixtures' verdicts, in test_cheats and test_gpu)."""
+    cheats = FIXTURES / "cheats"
+    assert scan.scan(cheats / "hides_names.py") == [f"source: {scan.COMPUTED_NAME} (line 6)"]
+    assert scan.scan(cheats / "token_pasting.py") == [f"source: {scan.PASTED} (line 9)"]
+    assert scan.scan(cheats / "installs_at_run_time.py") == [
+        "source: starts processes (an install at run time?) (line 5)",
+        "source: reaches into the import path (sys.path) (line 20)",
+    ]
 
 
 def test_audit_flag_audits_without_running_solutions(capsys: pytest.CaptureFixture) -> None:

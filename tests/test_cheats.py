@@ -6,6 +6,10 @@ y = x * scale + 1. The GPU-only fixtures, and the GPU's own verdicts, are in tes
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from dataclasses import replace
+from pathlib import Path
+
 import pytest
 import torch
 
@@ -38,18 +42,46 @@ EXPECTED = {
     "replaces_clock": ("rejected", "timer_replaced", "time.perf_counter was replaced"),
     "replaces_comparison": ("rejected", "harness_replaced", "mismatch was replaced"),
     "prints_a_verdict": ("incorrect", None, "case 'default'"),
+    # The exploits public benchmarks met since (issue 12): reading the harness's own state ...
+    "gc_zeroes_copies": (
+        "rejected",
+        "harness_data_changed",
+        "the harness's copy of the inputs changed during the call",
+    ),
+    "expected_from_frames": ("incorrect", None, "benchmark 'default', timed call"),
+    # ... behaving differently when timed ...
+    "wrong_when_timed": ("incorrect", None, "benchmark 'default', timed call"),
+    "wrong_after_the_checks": ("incorrect", None, "timed call"),
+    "right_only_when_checked": ("incorrect", None, "benchmark 'default', timed call"),
+    "precomputes_timed_calls": ("incorrect", None, "benchmark 'default', timed call"),
+    # ... a decoy kernel (on a GPU: rejected, see test_gpu) ...
+    "decoy_kernel": ("no_gpu", None, "compiled"),
+    # ... shadowing modules, and names hidden from the static scan.
+    "plants_modules": ("rejected", "planted_module", "torch.py"),
+    "hides_names": ("rejected", "timer_replaced", "time.perf_counter was replaced"),
 }
 # Replaying by address is caught by whichever check first sees an address come back: the
 # second call of a check (nondeterministic) or a timed call's spot check (incorrect). Which
 # one depends on where the allocator puts the copies; both are failures, each named.
 POINTER_VERDICTS = {("incorrect", None), ("rejected", "nondeterministic")}
-FLAGGED = "calls_reference"  # not rejected on a CPU, but flagged: see test_gpu for the GPU
-GPU_ONLY = ("side_stream", "side_stream_when_timed", "fig_leaf")
+# Not rejected on a CPU, but flagged (see test_gpu for the GPU): fixture -> warnings it gets.
+FLAGGED = {
+    "calls_reference": [
+        "calls the reference's own operator(s) aten::add, aten::mul",
+        "built no extension: its work is PyTorch's own",
+    ],
+    "installs_at_run_time": [
+        "source: starts processes (an install at run time?) (line 5)",
+        "source: reaches into the import path (sys.path) (line 20)",
+        "calls the reference's own operator(s) aten::add, aten::mul",
+    ],
+}
+GPU_ONLY = ("side_stream", "side_stream_when_timed", "fig_leaf", "token_pasting")
 
 
 def test_every_fixture_has_an_expected_verdict() -> None:
     names = {path.stem for path in CHEATS.glob("*.py")}
-    assert names == {*EXPECTED, "replay_by_pointer", FLAGGED, *GPU_ONLY}
+    assert names == {*EXPECTED, "replay_by_pointer", *FLAGGED, *GPU_ONLY}
 
 
 def run_cheats(cli: CliRun, names: list[str], *flags: str) -> CliRun:
@@ -66,9 +98,17 @@ def assert_verdict(record: dict, wanted: tuple[str, str | None, str]) -> None:
     assert record["benchmarks"] == []  # no timings for a failed solution
 
 
+# Where plants_modules writes its modules; the run must have removed them.
+PLANTED = (Path.cwd() / "torch.py", CHEATS / "numpy.py")
+
+
 @pytest.fixture(scope="module")
-def cheats_run(module_cli: CliRun) -> CliRun:
-    return run_cheats(module_cli, [*EXPECTED, "replay_by_pointer", FLAGGED], "--device", "cpu")
+def cheats_run(module_cli: CliRun) -> Iterator[CliRun]:
+    try:
+        yield run_cheats(module_cli, [*EXPECTED, "replay_by_pointer", *FLAGGED], "--device", "cpu")
+    finally:
+        for path in PLANTED:  # should the removal ever fail, leave no shadow behind
+            path.unlink(missing_ok=True)
 
 
 @pytest.mark.parametrize("name", list(EXPECTED))
@@ -81,11 +121,12 @@ def test_replaying_by_address_is_caught(cheats_run: CliRun) -> None:
     assert (record["status"], record.get("reason")) in POINTER_VERDICTS, record["detail"]
 
 
-def test_calling_the_references_operators_is_flagged(cheats_run: CliRun) -> None:
-    record = cheats_run.record(FLAGGED)
-    assert record["status"] == "ok"
-    assert "calls the reference's own operator(s) aten::add, aten::mul" in record["warnings"]
-    assert "built no extension: its work is PyTorch's own" in record["warnings"]
+@pytest.mark.parametrize("name", list(FLAGGED))
+def test_work_that_is_not_the_solutions_own_is_flagged(cheats_run: CliRun, name: str) -> None:
+    record = cheats_run.record(name)
+    assert record["status"] == "ok", record["detail"]
+    for warning in FLAGGED[name]:
+        assert warning in record["warnings"]
     for bench in record["benchmarks"]:
         assert bench["spot_checks"] >= 2  # timed calls were checked too
         assert bench["wall_us"] > 0
@@ -127,3 +168,34 @@ def test_the_shipped_solutions_raise_no_source_warnings() -> None:
 
     for path in sorted((REPO / "solutions").rglob("*.py")):
         assert scan(path) == [], path
+
+
+def test_the_modules_a_solution_planted_are_gone(cheats_run: CliRun) -> None:
+    cheats_run.record("plants_modules")
+    for path in PLANTED:
+        assert not path.exists(), path
+
+
+MEAN = FIXTURES / "toy_mean"
+SUBSAMPLE = FIXTURES / "cheats_mean" / "subsample_mean.py"
+
+
+def test_a_subsampled_reduction_fails_the_case_designed_against_it(module_cli: CliRun) -> None:
+    module_cli(
+        "--problem", str(MEAN), "--solution", str(SUBSAMPLE), "--device", "cpu",
+        "--max-samples", "20", "--trials", "2",
+    )  # fmt: skip
+    assert_verdict(module_cli.record("subsample_mean"), ("incorrect", None, "case 'spike'"))
+
+
+def test_without_that_case_the_tolerance_alone_lets_a_subsample_through() -> None:
+    """The known gap the README names: on a smooth 256x256 input the mean of every 4th element
+    is within float32's tolerance, so only a case designed against it catches the shortcut."""
+    problem = load_problem("toy_mean", MEAN / "reference.py")
+    model_new = import_file(SUBSAMPLE).ModelNew
+    cpu, checking = torch.device("cpu"), Checking(trials=5, seed=42, secret=0)
+    smooth = replace(problem.benchmarks[1], name="smooth 256x256")
+    assert check_cases(replace(problem, cases=(problem.cases[0], smooth)), model_new, cpu, checking)
+    with pytest.raises(Verdict) as caught:
+        check_cases(problem, model_new, cpu, checking)
+    assert caught.value.status == status.INCORRECT and "case 'spike'" in caught.value.detail

@@ -1,12 +1,21 @@
 """On a GPU only: CUDA solutions build for the device, run, and fail safely."""
 
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 import run
 from tests.conftest import FIXTURES, REPO, TOY, CliRun, toy_solution
-from tests.test_cheats import EXPECTED, POINTER_VERDICTS, assert_verdict, run_cheats
+from tests.test_cheats import (
+    EXPECTED,
+    MEAN,
+    PLANTED,
+    POINTER_VERDICTS,
+    SUBSAMPLE,
+    assert_verdict,
+    run_cheats,
+)
 
 pytestmark = pytest.mark.gpu
 
@@ -74,13 +83,20 @@ GPU_EXPECTED = {
     "side_stream": ("rejected", "late_work", "changed after the call returned"),
     "side_stream_when_timed": ("rejected", "unseen_work", "work the timer did not see"),
     "fig_leaf": ("rejected", "fig_leaf", "launches every kernel the reference launches"),
+    "decoy_kernel": ("rejected", "no_own_kernel", "launched no kernel of its own"),
+    "installs_at_run_time": ("rejected", "no_own_kernel", "launched no kernel of its own"),
+    "token_pasting": ("rejected", "late_work", "changed after the call returned"),
 }
 
 
 @pytest.fixture(scope="module")
-def gpu_cheats(tmp_path_factory: pytest.TempPathFactory) -> CliRun:
+def gpu_cheats(tmp_path_factory: pytest.TempPathFactory) -> Iterator[CliRun]:
     cli = CliRun(tmp_path_factory.mktemp("cheats"), REPO / ".cache" / "builds")
-    return run_cheats(cli, [*GPU_EXPECTED, "replay_by_pointer"])
+    try:
+        yield run_cheats(cli, [*GPU_EXPECTED, "replay_by_pointer"])
+    finally:
+        for path in PLANTED:
+            path.unlink(missing_ok=True)
 
 
 @pytest.mark.parametrize("name", list(GPU_EXPECTED))
@@ -93,6 +109,20 @@ def test_each_cheat_gets_its_verdict_on_the_gpu(gpu_cheats: CliRun, name: str) -
 def test_replaying_by_address_is_caught_on_the_gpu(gpu_cheats: CliRun) -> None:
     record = gpu_cheats.record("replay_by_pointer")
     assert (record["status"], record.get("reason")) in POINTER_VERDICTS, record["detail"]
+
+
+def test_the_modules_a_solution_planted_are_gone_on_the_gpu(gpu_cheats: CliRun) -> None:
+    gpu_cheats.record("plants_modules")
+    for path in PLANTED:
+        assert not path.exists(), path
+
+
+def test_a_subsampled_reduction_is_caught_on_the_gpu(gpu_cli: CliRun) -> None:
+    args = ["--problem", str(MEAN), "--solution", str(SUBSAMPLE), "--max-samples", "20"]
+    gpu_cli(*args, "--trials", "2")
+    record = gpu_cli.record("subsample_mean")
+    assert record["settings"]["device"] == "cuda:0"
+    assert_verdict(record, ("incorrect", None, "case 'spike'"))
 
 
 def test_calling_torch_multilabel_margin_loss_is_rejected(gpu_cli: CliRun) -> None:

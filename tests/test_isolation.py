@@ -63,3 +63,25 @@ def test_a_failed_solution_keeps_its_full_log(toy_run: tuple[int, CliRun]) -> No
     text = next(log.rglob("*--raises.log")).read_text()
     assert "ValueError: deliberate failure in forward" in text and "Traceback" in text
     assert record["log"].endswith("--raises.log")
+
+
+def test_a_module_planted_where_python_imports_from_is_found_and_removed(tmp_path) -> None:
+    """What shadows a known module or hooks Python's start-up goes; a new helper stays."""
+    from harness.run import plants
+
+    (tmp_path / "existing.py").write_text("")
+    watched = plants.ImportPath([tmp_path])
+    shadows = [tmp_path / "json.py", tmp_path / "existing.cpython-311-x86_64-linux-gnu.so"]
+    hooks = [tmp_path / "evil.pth", tmp_path / "sitecustomize.py"]
+    for path in [*shadows, *hooks, tmp_path / "own_helper.py"]:
+        path.write_text("")
+    (tmp_path / "numpy").mkdir()
+    (tmp_path / "numpy" / "__init__.py").write_text("")
+    (tmp_path / "not_a_package").mkdir()
+    planted = sorted([*shadows, *hooks, tmp_path / "numpy"])
+    assert sorted(watched.planted()) == planted
+    assert sorted(watched.remove_planted()) == planted
+    left = sorted(p.name for p in tmp_path.iterdir())
+    assert left == ["existing.py", "not_a_package", "own_helper.py"]
+    assert watched.planted() == []
+    assert plants.rejection(planted)["reason"] == "planted_module"

@@ -13,6 +13,9 @@ A broken rule ends the job with status "rejected" and the rule's name as the rea
   input_mutated         the call wrote to its inputs (the reference does not)
   nondeterministic      two calls on the same inputs disagree beyond the tolerance (a race, or
                         outputs replayed from an earlier call)
+  harness_data_changed  a tensor the harness held during the call changed: its pristine copy of
+                        the inputs, the expected output, an earlier output, a timed call's input
+                        set (found through gc or the callers' frames, and overwritten)
 
 Freed memory is poisoned (every byte 0xFF: NaN for floats, -1 for integers) before each call, so
 a solution that returns memory it never wrote gets NaN, not a result some earlier computation
@@ -35,6 +38,7 @@ from harness.matching import EXACT, mismatch
 POISON_BYTE = 0xFF
 JOIN_S = 2.0  # how long to wait for threads a call left running
 INT_OF_WIDTH = {1: torch.uint8, 2: torch.int16, 4: torch.int32, 8: torch.int64}
+FINGERPRINT_CHUNK = 1 << 24  # elements squared at a time, so the temporaries stay small
 
 
 def reject(reason: str, detail: str) -> Verdict:
@@ -211,3 +215,48 @@ def same_bytes(a: torch.Tensor, b: torch.Tensor) -> bool:
 def _bytes(tensor: torch.Tensor) -> torch.Tensor:
     storage = tensor.untyped_storage()
     return torch.empty(0, dtype=torch.uint8, device=tensor.device).set_(storage)
+
+
+def fingerprint(values: Any) -> tuple[int, ...]:
+    """Two integers per tensor among `values`, computed where it lives, that change when its
+    storage's elements change as a multiset: the sum of their bit patterns and of their squares
+    (each wrapping). Swapping two elements (harness.feeding.perturb) keeps them; overwriting,
+    zeroing or filling in does not. Reordering is not seen, and needs not be: a permuted copy of
+    the inputs still asks for the work, and a permuted copy of the answer still needs it done.
+
+    Held as Python integers, which no search of the process for tensors finds or changes. A tamper
+    check against code that reaches the harness's tensors (gc, frames), not a cryptographic hash.
+    """
+    sums: list[int] = []
+    for tensor in tensors_in(values):
+        if tensor.device.type == "meta":
+            continue
+        words = _words(tensor)
+        total = torch.zeros(2, dtype=torch.int64, device=tensor.device)
+        for start in range(0, words.numel(), FINGERPRINT_CHUNK):
+            chunk = words[start : start + FINGERPRINT_CHUNK]
+            squares = (chunk * chunk).sum(dtype=torch.int64)
+            total += torch.stack([chunk.sum(dtype=torch.int64), squares])
+        sums.extend(total.tolist())
+    return tuple(sums)
+
+
+def _words(tensor: torch.Tensor) -> torch.Tensor:
+    """The tensor's whole storage as integers as wide as its elements (bytes where none fits)."""
+    raw = _bytes(tensor)
+    width = tensor.element_size()
+    dtype = INT_OF_WIDTH.get(width, torch.int64 if width % 8 == 0 else torch.uint8)
+    if raw.numel() % dtype.itemsize:
+        dtype = torch.uint8
+    return raw.view(dtype)
+
+
+def require_unchanged(values: Any, before: tuple[int, ...], what: str, label: str) -> None:
+    """Reject the call when `values`, held by the harness, no longer have the fingerprint they
+    had before it (see `fingerprint`)."""
+    if fingerprint(values) != before:
+        raise reject(
+            "harness_data_changed",
+            f"{label}: {what} changed during the call; a solution must not touch the "
+            "harness's tensors (found through gc or its callers' frames, say)",
+        )

@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import dataclasses
 import math
-import random
 import threading
 import time
 from collections.abc import Callable
@@ -69,7 +68,7 @@ def time_benchmarks(
         row.update(roofline.counts(problem, inputs, output))
         calls = {"reference": models[0], "solution": models[1]}
         label = f"benchmark {bench.name!r}"
-        checker = _spot_checker(problem, bench, models[0], device, settings, seed, label)
+        checker = _spot_checker(problem, bench, models[0], device, settings, label)
         row.update(_sample(calls, bench, seed, inputs, device, settings, timer, checker))
         solution_us = row["solution"]["median_us"]
         row["floor_us"] = floor
@@ -113,12 +112,11 @@ def _spot_checker(
     reference: Any,
     device: torch.device,
     settings: Settings,
-    seed: int,
     label: str,
 ) -> feeding.SpotChecker:
     allowed = tolerance(problem, bench, settings.checking.tolerance)
     check = feeding.output_check(reference, device, allowed)
-    return feeding.SpotChecker(check, random.Random(seed ^ 0x5EED), device, label)
+    return feeding.SpotChecker(check, device, label)
 
 
 def _timer(device: torch.device, settings: Settings, graphed: bool = False) -> timing.Timer:
@@ -177,12 +175,13 @@ def _sample(
 
 def _final_checks(feed: feeding.Feed, checker: feeding.SpotChecker) -> int:
     """A few more calls down the timed path, each checked; the number of timed calls checked."""
-    checker.force(FINAL_CHECKS)
     with torch.no_grad():
+        feed.settle()  # the last sampled call, checked or not as the dice say
+        checker.force(FINAL_CHECKS)
         for _ in range(FINAL_CHECKS):
             feed.prepare()
             feed()
-        checker.settle()
+        feed.settle()
     return checker.checked
 
 
@@ -198,8 +197,7 @@ def check_seen(feed: feeding.Feed, timed_us: float, host_us: float | None, devic
     threads = set(threading.enumerate())
     means = []
     with torch.no_grad():
-        if feed.checker is not None:
-            feed.checker.settle()  # nothing pending: these calls are not spot checked
+        feed.settle()  # these calls are not spot checked
         for _ in range(SEEN_BATCHES):
             anticheat.wait_for_all(device, threads)
             begin = time.perf_counter()
@@ -258,7 +256,6 @@ def _fed(
         name: feeding.Feed(
             model,
             [replicate_all(s, device) for s in sets],
-            seed,
             checker if name == "solution" else None,
         )
         for name, model in models.items()

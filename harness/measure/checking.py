@@ -5,9 +5,12 @@ parameters copied into ModelNew. Each trial draws fresh inputs from a seed that 
 one with the run's secret (harness.inputs.Seeds), so no solution can know them in advance.
 On each, the solution runs twice, once before and once after the reference, each time on its own
 copy of the inputs and with freed memory poisoned first; the reference runs on a pristine copy.
-Both solution calls must keep the rules of harness.anticheat and match the reference within the
-tolerance that harness.matching.tolerance gives. Any failure ends the check with a Verdict
-naming the case.
+So no expected output exists yet when the solution first runs, for it to find and return; and
+every tensor the harness holds during a solution call (the pristine inputs; then the reference's
+copy, its output and the first output) must come out of the call unchanged (fingerprinted, not
+copied: a copy could be found and changed too). Both solution calls must keep the rules of
+harness.anticheat and match the reference within the tolerance that harness.matching.tolerance
+gives. Any failure ends the check with a Verdict naming the case.
 """
 
 from __future__ import annotations
@@ -33,6 +36,11 @@ from harness.measure import anticheat
 from harness.settings import Checking
 
 __all__ = ["Verdict", "build_models", "check_cases", "check_once"]
+
+HELD = (
+    "a tensor the harness held (its copies of the inputs, the expected output, or the first "
+    "call's output: return a new tensor from each call)"
+)
 
 
 def check_cases(problem: Problem, model_new: type, device: torch.device, checking: Checking) -> int:
@@ -92,12 +100,17 @@ def check_once(
     if case.invalid:
         return check_refused(solution, inputs, device, label)
     sizes = anticheat.output_sizes(inputs)
+    drawn = anticheat.fingerprint(inputs)
     with torch.no_grad():
         first = solution_call(solution, inputs, device, label, sizes)
+        anticheat.require_unchanged(inputs, drawn, "the harness's copy of the inputs", label)
         given = replicate_all(inputs, device)
         expected = guard(status.PROBLEM_ERROR, f"{label}: Model", call, reference, given, device)
         sizes += anticheat.output_sizes(expected)
+        held = [inputs, given, expected, first.output]
+        before = anticheat.fingerprint(held)
         second = solution_call(solution, inputs, device, label, sizes)
+        anticheat.require_unchanged(held, before, HELD, label)
     for made in (first, second):
         anticheat.check_call(made, inputs, given, label)
     allowed = tolerance(problem, case, override)

@@ -1,27 +1,38 @@
 """Fresh inputs for every timed call, and spot checks of the solution's timed outputs.
 
 A `Feed` holds a few input sets of one side (reference or solution), drawn from the benchmark's
-generator. Before each timed call, outside the timed region, it picks one set at random and
-swaps two values within one row of the set's first floating-point input, so no two calls see the
-same inputs: an output cached by pointer, shape or content is stale on the next call. Both sides
-use the same random choices, so their calls see the same stream of inputs.
+generator. Before each timed call, outside the timed region, it picks one set at random, swaps
+two values within one row of the set's first floating-point input, so no two calls see the
+same inputs (an output cached by pointer, shape or content is stale on the next call), and
+copies the set: the pristine inputs, should the call be checked.
 
-A `SpotChecker` picks some of the solution's timed calls at random (more of the early ones) and
-checks each after it ran: the output against the reference on a pristine copy of the same
-inputs, and the rules of harness.anticheat (no aliasing, inputs unchanged, a plain tensor).
+A `SpotChecker` decides after each of the solution's timed calls, at random (more of the early
+ones), whether to check it: the output against the reference on the pristine copy, and the rules
+of harness.anticheat (no aliasing, inputs unchanged, a plain tensor). Deciding afterwards, with
+every call's inputs copied alike, leaves a call nothing to tell whether it will be checked.
+
+Both draw from the operating system's generator (`random.SystemRandom`), not a seeded one: a
+seeded generator's state lies in the process, where a solution could clone it and foresee which
+two values each call swaps (and patch a cached output instead of computing), or which calls are
+checked. The sets themselves come from the run's seeds. Each set's fingerprint (the multiset of
+its values, which swaps keep) is taken when the feed is made and compared at every check: a
+solution that overwrote a set, or the pristine copy, through gc or its callers' frames, is
+rejected ("harness_data_changed").
 """
 
 from __future__ import annotations
 
+import copy
 import random
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 import torch
 
 from harness import status
 from harness.errors import Verdict
-from harness.inputs import replicate_all
+from harness.inputs import replicate, replicate_all
 from harness.matching import Tolerance, mismatch
 from harness.measure import anticheat
 
@@ -52,57 +63,66 @@ def perturb(inputs: list[Any], rng: random.Random) -> None:
 
 
 class SpotChecker:
-    """Chooses which timed calls to check and checks them (see the module doc)."""
+    """Decides which timed calls to check, after each ran, and checks them (see the module doc)."""
 
     EARLY_CALLS = 64  # the first calls are checked with EARLY_P, later ones with LATE_P
     EARLY_P = 1 / 8
     LATE_P = 1 / 64
     MAX_CHECKS = 24
 
-    def __init__(self, check: Check, rng: random.Random, device: torch.device, label: str):
+    def __init__(
+        self,
+        check: Check,
+        device: torch.device,
+        label: str,
+        rng: random.Random | None = None,
+    ) -> None:
         self.check = check
-        self.rng = rng
         self.device = device
         self.label = label
+        self.rng = rng or random.SystemRandom()
         self.calls = 0
         self.checked = 0
         self.forced = 0
-        self.pending: tuple[int, list[Any], list[Any]] | None = None  # call, given, pristine
-        self.output: Any = None
 
     def force(self, count: int) -> None:
-        """Check the next `count` calls, whatever the dice say."""
+        """Check the next `count` calls judged, whatever the dice say."""
         self.forced += count
 
-    def before(self, inputs: list[Any]) -> None:
-        """Called before each call on `inputs`: settle the last check, and maybe plan one."""
-        self.settle()
+    def judge(self, ran: Ran) -> None:
+        """After a timed call: maybe check it (waits for the device when it does)."""
         self.calls += 1
         chance = self.EARLY_P if self.calls <= self.EARLY_CALLS else self.LATE_P
-        wanted = self.forced > 0 or (self.checked < self.MAX_CHECKS and self.rng.random() < chance)
-        if wanted:
-            self.forced = max(0, self.forced - 1)
-            self.pending = (self.calls, inputs, replicate_all(inputs, self.device))
-            self.output = None
-
-    def after(self, output: Any) -> None:
-        if self.pending is not None and self.output is None:
-            self.output = output
-
-    def settle(self) -> None:
-        """Check the pending call, if any (waits for the device)."""
-        if self.pending is None:
+        if self.forced > 0:
+            self.forced -= 1
+        elif self.checked >= self.MAX_CHECKS or self.rng.random() >= chance:
             return
-        number, given, pristine = self.pending
-        self.pending = None
-        output, self.output = self.output, None
         if self.device.type == "cuda":
             torch.cuda.synchronize(self.device)
-        label = f"{self.label}, timed call {number}"
-        anticheat.require_plain(output, label)
-        anticheat.check_call(anticheat.Call(given, output), pristine, pristine, label)
-        self.check(output, pristine, label)
+        label = f"{self.label}, timed call {self.calls}"
+        if anticheat.fingerprint(ran.pristine) != ran.drawn:
+            raise anticheat.reject(
+                "harness_data_changed",
+                f"{label}: its inputs no longer hold the values the harness drew for them: a "
+                "call wrote to its inputs, or to the harness's copy of them",
+            )
+        anticheat.require_plain(ran.output, label)
+        anticheat.check_call(
+            anticheat.Call(ran.given, ran.output), ran.pristine, ran.pristine, label
+        )
+        self.check(ran.output, ran.pristine, label)
         self.checked += 1
+
+
+@dataclass
+class Ran:
+    """One timed call, kept until the next is prepared: its inputs as they are after it, the
+    copy made before it, the fingerprint its set had when drawn, and its output."""
+
+    given: list[Any]
+    pristine: list[Any]
+    drawn: tuple[int, ...]
+    output: Any
 
 
 class Feed:
@@ -112,30 +132,48 @@ class Feed:
         self,
         model: Any,
         sets: list[list[Any]],
-        seed: int,
         checker: SpotChecker | None = None,
+        rng: random.Random | None = None,
     ) -> None:
         self.model = model
         self.sets = sets
-        self.rng = random.Random(seed)
         self.checker = checker
+        self.rng = rng or random.SystemRandom()
+        self.drawn = [anticheat.fingerprint(s) for s in sets] if checker else []
+        self.index = 0
         self.current = sets[0]
+        self.pristine: list[Any] = []
+        self.called = False
+        self.output: Any = None
 
     def prepare(self) -> None:
-        """Outside the timed region: settle the last spot check, then choose and change the
-        next call's inputs."""
-        if self.checker is not None:
-            self.checker.settle()
-        self.current = self.sets[self.rng.randrange(len(self.sets))]
+        """Outside the timed region: judge the last call, then choose, change and copy the next
+        call's inputs."""
+        self.settle()
+        self.index = self.rng.randrange(len(self.sets))
+        self.current = self.sets[self.index]
         perturb(self.current, self.rng)
-        if self.checker is not None:
-            self.checker.before(self.current)
+        self.pristine = copied(self.current)
 
     def __call__(self) -> object:
-        output = self.model(*self.current)
-        if self.checker is not None:
-            self.checker.after(output)
-        return output
+        self.output = self.model(*self.current)
+        self.called = True
+        return self.output
+
+    def settle(self) -> None:
+        """Hand the last call, if any, to the spot checker (which may check it)."""
+        output, self.output = self.output, None
+        if self.called and self.checker is not None:
+            drawn = self.drawn[self.index]
+            self.checker.judge(Ran(self.current, self.pristine, drawn, output))
+        self.called = False
+
+
+def copied(values: list[Any]) -> list[Any]:
+    """A copy of each input where it lies (tensors with their layout, harness.inputs)."""
+    return [
+        replicate(v, v.device) if isinstance(v, torch.Tensor) else copy.deepcopy(v) for v in values
+    ]
 
 
 def output_check(reference: Any, device: torch.device, tolerance: Tolerance) -> Check:

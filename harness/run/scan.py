@@ -17,6 +17,7 @@ SUSPECT_MODULES = {
     "threading": "starts threads",
     "concurrent": "starts threads or processes",
     "multiprocessing": "starts processes",
+    "subprocess": "starts processes (an install at run time?)",
     "ctypes": "uses ctypes",
     "gc": "walks the garbage collector's objects",
     "inspect": "inspects its callers",
@@ -34,6 +35,11 @@ SUSPECT_CALLS = {
     "_getframe": "inspects its callers",
 }
 SUSPECT_METHODS = {"__torch_function__", "__torch_dispatch__"}
+# Calls whose argument at this place names what they reach: a computed name hides it from here.
+NAMING_CALLS = {"getattr": 1, "setattr": 1, "delattr": 1, "__import__": 0, "import_module": 0}
+COMPUTED_NAME = "builds names at run time (getattr, setattr or __import__ on a computed string)"
+TOKEN_PASTING = re.compile(r"\w\s*##\s*\w")  # a##b in C or CUDA code held in a string
+PASTED = "pastes tokens in its C/CUDA code (##), which can hide names from this scan"
 REPLACED_ROOTS = ("torch", "time", "harness", "sys", "os")
 RAW_PATTERNS = ((r"\bcudaStreamCreate\w*", "creates a CUDA stream in its CUDA code"),)
 
@@ -63,8 +69,9 @@ def _meanings(node: ast.AST) -> list[str]:
         meaning = _module_meaning(node.module)
         return [meaning] if meaning else []
     if isinstance(node, ast.Call) and isinstance(node.func, (ast.Attribute, ast.Name)):
-        name = node.func.attr if isinstance(node.func, ast.Attribute) else node.func.id
-        return [SUSPECT_CALLS[name]] if name in SUSPECT_CALLS else []
+        return _call_meanings(node, node.func)
+    if isinstance(node, ast.Constant) and isinstance(node.value, str):
+        return [PASTED] if TOKEN_PASTING.search(node.value) else []
     if isinstance(node, (ast.Assign, ast.AugAssign, ast.AnnAssign)):
         targets = node.targets if isinstance(node, ast.Assign) else [node.target]
         return [
@@ -75,13 +82,22 @@ def _meanings(node: ast.AST) -> list[str]:
         ]
     if isinstance(node, ast.FunctionDef) and node.name in SUSPECT_METHODS:
         return ["defines a tensor subclass"]
-    if (
-        isinstance(node, ast.Attribute)
-        and node.attr == "modules"
-        and _dotted(node) == "sys.modules"
-    ):
+    if isinstance(node, ast.Attribute) and _dotted(node) == "sys.modules":
         return ["reaches into loaded modules (sys.modules)"]
+    if isinstance(node, ast.Attribute) and _dotted(node) == "sys.path":
+        return ["reaches into the import path (sys.path)"]
     return []
+
+
+def _call_meanings(node: ast.Call, func: ast.Attribute | ast.Name) -> list[str]:
+    name = func.attr if isinstance(func, ast.Attribute) else func.id
+    found = [SUSPECT_CALLS[name]] if name in SUSPECT_CALLS else []
+    at = NAMING_CALLS.get(name)
+    if at is not None and len(node.args) > at:
+        named = node.args[at]
+        if not (isinstance(named, ast.Constant) and isinstance(named.value, str)):
+            found.append(COMPUTED_NAME)
+    return found
 
 
 def _module_meaning(module: str) -> str | None:

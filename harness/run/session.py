@@ -16,7 +16,7 @@ from harness.measure import roofline
 from harness.measure.worker import Job
 from harness.record import BenchRow, Build, Ceiling, Machine, RunRecord
 from harness.results import baselines, rendering, report
-from harness.run import audit, isolate, machine, scan
+from harness.run import audit, isolate, machine, plants, scan
 from harness.run.discovery import ProblemSource, missing_model_new
 from harness.run.progress import Progress
 from harness.settings import REPO, Settings
@@ -102,7 +102,7 @@ class Session:
             result = isolate.failure(status.LOAD_ERROR, reason)
         else:
             job = self._job(source, solution, log_path, content)
-            result = isolate.run_isolated(job, self.progress.event)
+            result = self._run_job(job, [solution.parent, source.reference.parent])
         measured = [BenchRow.from_dict(bench) for bench in result["benchmarks"]]
         versus = [baselines.versus(row, compiled, self.run_id) for row in measured]
         builds = result.get("builds")
@@ -134,6 +134,16 @@ class Session:
             own_share=result.get("own_share"),
             reference_share=result.get("reference_share"),
         )
+
+    def _run_job(self, job: Job, folders: list[Path]) -> dict[str, Any]:
+        """Run `job` in a worker; a module it planted where Python imports from is removed, and
+        rejects it (harness.run.plants), however the job ended."""
+        watched = plants.ImportPath(folders)
+        result = isolate.run_isolated(job, self.progress.event)
+        planted = watched.remove_planted()
+        if planted:
+            result = {**result, **plants.rejection(planted), "benchmarks": []}
+        return result
 
     def _compile_baselines(self, source: ProblemSource, problem: Problem) -> list[dict[str, Any]]:
         """The problem's torch.compile baselines: cached ones, else measured now in a worker."""
