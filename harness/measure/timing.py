@@ -26,7 +26,7 @@ import statistics
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import Any, Protocol
 
 import torch
 
@@ -174,9 +174,9 @@ class CudaTimer:
 
     A call that waits for the device (cudaDeviceSynchronize, .item(), .cpu(), a blocking copy)
     would wait for the sleep too, so its host time, and with it the next sleep, would grow
-    round after round. Each call is probed once, before its first timed run (`synchronizes`);
-    a call that waits is timed without the sleep, the device idle at its start event: the
-    figure is then its kernels plus its synchronisation, as a loop of such calls costs.
+    round after round. Each call is probed once, before its first timed run (`probe`); a call
+    that waits is timed by the host's clock instead, from an idle device until its work is done
+    (`_waited`): its kernels plus its synchronisation, what a loop of such calls costs.
     """
 
     HOST_MARGIN = 1.5  # the sleep covers this many times the call's median host time ...
@@ -215,16 +215,19 @@ class CudaTimer:
             name = getattr(call, "name", "")
             if name not in self.synchronizing:
                 self.synchronizing[name] = self.probe(call)
-        pairs, host = [], []
+        timed: list[tuple[Any, Any] | float] = []  # events, or a waiting call's own time
+        host: list[tuple[str, float]] = []
         for call in calls:
             name = getattr(call, "name", "")
             _prepare(call)
             self.flush()
             if self.synchronizing[name]:
-                torch.cuda.synchronize(self.device)  # the flush done: only the call is timed
-            else:
-                cover = self.HOST_MARGIN * self.host_us.get(name, 50.0) + self.HOST_EXTRA_US
-                torch.cuda._sleep(int(cover * self.cycles_per_us))
+                waited = self._waited(call)
+                timed.append(waited)
+                host.append((name, waited))
+                continue
+            cover = self.HOST_MARGIN * self.host_us.get(name, 50.0) + self.HOST_EXTRA_US
+            torch.cuda._sleep(int(cover * self.cycles_per_us))
             start = torch.cuda.Event(enable_timing=True)
             end = torch.cuda.Event(enable_timing=True)
             start.record()
@@ -232,14 +235,27 @@ class CudaTimer:
             call()
             host.append((name, (time.perf_counter() - begin) * 1e6))
             end.record()
-            pairs.append((start, end))
+            timed.append((start, end))
         torch.cuda.synchronize(self.device)
         for name in {n for n, _ in host}:
             self.host_us[name] = statistics.median(t for n, t in host if n == name)
-        return [start.elapsed_time(end) * 1e3 for start, end in pairs]
+        return [t if isinstance(t, float) else t[0].elapsed_time(t[1]) * 1e3 for t in timed]
+
+    def _waited(self, call: Call) -> float:
+        """A call that waits for the device, timed as a loop of such calls costs: from the
+        host's call, the device idle and the flush done, until its work is done (the device
+        waited for once more, in case work was left after its own wait); microseconds."""
+        torch.cuda.synchronize(self.device)
+        begin = time.perf_counter()
+        call()
+        torch.cuda.synchronize(self.device)
+        return (time.perf_counter() - begin) * 1e6
 
     def probe(self, call: Call) -> bool:
-        """Whether `call` waits for the device: its host time behind each of two sleeps."""
+        """Whether `call` waits for the device: its host time behind each of two sleeps, after
+        one call on an idle device (a first call's one-time costs would blur the difference)."""
+        _prepare(call)
+        call()
         behind = []
         for sleep_us in self.PROBE_SLEEPS_US:
             _prepare(call)
