@@ -38,6 +38,7 @@ Shared by all three, importing no wing:
     loading    import a reference and read its optional extras (tolerances, cases, benchmarks)
     inputs     seeded inputs (one seed plan), copied with their exact layout to each side
     matching   whether two outputs match, and the one tolerance rule
+    accuracy   the accuracy rule: errors against the reference run in float64, and its own
     stats      intervals for medians and speedups, relative standard error, geometric mean
     toolchain  CUDA_HOME, target architectures, per-solution build folders
     status     the verdicts and what each means

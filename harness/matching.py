@@ -3,16 +3,20 @@
 Outputs may be a tensor, a Python number, or a (nested) tuple or list of them. Each tensor must
 match in type, shape, dtype and device; integer and bool tensors must be equal exactly; for
 floating-point tensors NaN and infinity must sit at the same places (with the same sign) and the
-finite values must satisfy |actual - expected| <= atol + rtol * |expected|.
+finite values must satisfy |actual - expected| <= atol + rtol * |expected|, or, where given the
+reference's exact answer (`exact`, run in float64 only when that fails), keep the accuracy rule
+of harness.accuracy: an error against the exact answer within a multiple of the reference's own.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
 import torch
 
+from harness import accuracy
 from harness.loading import Case, Problem
 
 # Default tolerances by output dtype, used when neither the problem nor the case gives one.
@@ -79,19 +83,35 @@ DTYPE_DEFAULT = Tolerance()  # each dtype's own default
 EXACT = Tolerance(0.0, 0.0)
 
 
-def mismatch(expected: Any, actual: Any, tolerance: Tolerance = DTYPE_DEFAULT) -> str | None:
-    """None when `actual` matches `expected`, else a one-line report of the first difference."""
-    return _mismatch(expected, actual, "output", tolerance)
+Answer = Callable[[], accuracy.Wide]  # the reference's exact answer, computed when called
 
 
-def _mismatch(expected: Any, actual: Any, where: str, tolerance: Tolerance) -> str | None:
+def mismatch(
+    expected: Any,
+    actual: Any,
+    tolerance: Tolerance = DTYPE_DEFAULT,
+    exact: Answer | None = None,
+) -> str | None:
+    """None when `actual` matches `expected`, else a one-line report of the first difference.
+
+    With `exact` (an accuracy.Exact of the reference on the same inputs), a floating-point
+    element outside `tolerance` still passes when it keeps the accuracy rule; the report then
+    gives the solution's error and the reference's own against the exact answer, or says why
+    there is none.
+    """
+    return _mismatch(expected, actual, "output", tolerance, exact)
+
+
+def _mismatch(
+    expected: Any, actual: Any, where: str, tolerance: Tolerance, exact: Answer | None
+) -> str | None:
     if isinstance(expected, (tuple, list)):
         if not isinstance(actual, (tuple, list)):
             return f"{where}: expected a {type(expected).__name__}, got {_kind(actual)}"
         if len(actual) != len(expected):
             return f"{where}: expected {len(expected)} items, got {len(actual)}"
         for index, (e, a) in enumerate(zip(expected, actual, strict=True)):
-            report = _mismatch(e, a, f"{where}[{index}]", tolerance)
+            report = _mismatch(e, a, f"{where}[{index}]", tolerance, _item(exact, index))
             if report:
                 return report
         return None
@@ -103,7 +123,15 @@ def _mismatch(expected: Any, actual: Any, where: str, tolerance: Tolerance) -> s
         return None if expected == actual else f"{where}: expected {expected!r}, got {actual!r}"
     if not isinstance(actual, torch.Tensor):
         return f"{where}: expected a Tensor, got {_kind(actual)}"
-    return tensor_mismatch(expected, actual, where, tolerance)
+    return tensor_mismatch(expected, actual, where, tolerance, exact)
+
+
+def _item(exact: Answer | None, index: int) -> Answer | None:
+    """The exact answer at `index` of a tuple or list output, still computed only when asked."""
+    if exact is None:
+        return None
+    whole = exact
+    return lambda: whole().item(index)
 
 
 def _kind(value: Any) -> str:
@@ -115,6 +143,7 @@ def tensor_mismatch(
     actual: torch.Tensor,
     where: str = "output",
     tolerance: Tolerance = DTYPE_DEFAULT,
+    exact: Answer | None = None,
 ) -> str | None:
     if actual.shape != expected.shape:
         return f"{where}: shape {tuple(actual.shape)}, expected {tuple(expected.shape)}"
@@ -132,11 +161,26 @@ def tensor_mismatch(
     bad = ~torch.isclose(actual, expected, rtol=rtol, atol=atol, equal_nan=True)
     if not bad.any():
         return None
-    return _report(where, expected, actual, bad, f"atol={atol:g} rtol={rtol:g}")
+    shown = f"atol={atol:g} rtol={rtol:g}"
+    if exact is None or expected.dtype not in accuracy.NARROW:
+        return _report(where, expected, actual, bad, shown)
+    answer = exact().against(expected)
+    if isinstance(answer, str):
+        return _report(where, expected, actual, bad, f"{shown} alone: {answer}")
+    errors = accuracy.errors(expected, actual, *answer)
+    bad &= ~errors.within
+    if not bad.any():
+        return None
+    return _report(where, expected, actual, bad, f"{shown}, {accuracy.RULE}", errors)
 
 
 def _report(
-    where: str, expected: torch.Tensor, actual: torch.Tensor, bad: torch.Tensor, tolerance: str
+    where: str,
+    expected: torch.Tensor,
+    actual: torch.Tensor,
+    bad: torch.Tensor,
+    tolerance: str,
+    errors: accuracy.Errors | None = None,
 ) -> str:
     count, total = int(bad.sum()), bad.numel()
     positions = bad.nonzero()[:SHOWN_ELEMENTS].tolist()
@@ -147,17 +191,19 @@ def _report(
     finite = (
         torch.isfinite(expected) & torch.isfinite(actual) if expected.is_floating_point() else bad
     )
-    errors = ""
+    text = ""
     if finite.any():
         e = expected[finite].to(torch.float64)
         a = actual[finite].to(torch.float64)
         diff = (a - e).abs()
         relative = diff / e.abs().clamp_min(torch.finfo(torch.float64).tiny)
-        errors = f"; max abs err {diff.max().item():.3g}, max rel err {relative.max().item():.3g}"
+        text = f"; max abs err {diff.max().item():.3g}, max rel err {relative.max().item():.3g}"
     nonfinite = int((bad & ~finite).sum()) if expected.is_floating_point() else 0
     if nonfinite:
-        errors += f"; {nonfinite} differ in NaN/inf"
+        text += f"; {nonfinite} differ in NaN/inf"
+    if errors is not None:
+        text += errors.describe(bad)
     return (
         f"{where}: {count} of {total} elements differ ({100 * count / total:.3g}%); "
-        f"first: {shown}{errors}; tolerance {tolerance}"
+        f"first: {shown}{text}; tolerance {tolerance}"
     )

@@ -27,7 +27,7 @@ from typing import Any
 
 import torch
 
-from harness import stats, status
+from harness import accuracy, stats, status
 from harness.inputs import Seeds, make_inputs, replicate_all
 from harness.loading import Case, Problem
 from harness.matching import mismatch, tolerance
@@ -100,7 +100,7 @@ def compile_baseline(
         calls = {"reference": eager, "compiled": compiled}
         row = {"name": bench.name, "inputs": describe_inputs(inputs), "compile_s": compile_s}
         allowed = tolerance(problem, bench, settings.checking.tolerance)
-        row["mismatch"] = mismatch(want, got, allowed)
+        row["mismatch"] = mismatch(want, got, allowed, accuracy.Exact(eager, inputs, device))
         row.update(_sample(calls, bench, seed, inputs, device, settings, timer))
         rows.append(row)
     return rows

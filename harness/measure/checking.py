@@ -10,7 +10,8 @@ every tensor the harness holds during a solution call (the pristine inputs; then
 copy, its output and the first output) must come out of the call unchanged (fingerprinted, not
 copied: a copy could be found and changed too). Both solution calls must keep the rules of
 harness.anticheat and match the reference within the tolerance that harness.matching.tolerance
-gives. Any failure ends the check with a Verdict naming the case.
+gives, or keep the accuracy rule against the reference run in float64 on the same inputs
+(harness.accuracy). Any failure ends the check with a Verdict naming the case.
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ from typing import Any
 
 import torch
 
-from harness import status
+from harness import accuracy, status
 from harness.errors import Verdict
 from harness.inputs import (
     Seeds,
@@ -114,10 +115,11 @@ def check_once(
     for made in (first, second):
         anticheat.check_call(made, inputs, given, label)
     allowed = tolerance(problem, case, override)
-    report = mismatch(expected, first.output, allowed)
+    exact = accuracy.Exact(reference, inputs, device)  # run only if the tolerance rejects
+    report = mismatch(expected, first.output, allowed, exact)
     if report:
         return report + anticheat.poison_note(first.output)
-    report = mismatch(expected, second.output, allowed)
+    report = mismatch(expected, second.output, allowed, exact)
     if report:
         raise anticheat.reject(
             "nondeterministic",

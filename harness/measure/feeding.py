@@ -7,8 +7,9 @@ same inputs (an output cached by pointer, shape or content is stale on the next 
 copies the set: the pristine inputs, should the call be checked.
 
 A `SpotChecker` decides after each of the solution's timed calls, at random (more of the early
-ones), whether to check it: the output against the reference on the pristine copy, and the rules
-of harness.anticheat (no aliasing, inputs unchanged, a plain tensor). Deciding afterwards, with
+ones), whether to check it: the output against the reference on the pristine copy, by the
+checks' rule (the tolerance, or the accuracy rule against float64), and the rules of
+harness.anticheat (no aliasing, inputs unchanged, a plain tensor). Deciding afterwards, with
 every call's inputs copied alike, leaves a call nothing to tell whether it will be checked.
 
 Both draw from the operating system's generator (`random.SystemRandom`), not a seeded one: a
@@ -30,7 +31,7 @@ from typing import Any
 
 import torch
 
-from harness import status
+from harness import accuracy, status
 from harness.errors import Verdict
 from harness.inputs import replicate, replicate_all
 from harness.matching import Tolerance, mismatch
@@ -177,11 +178,13 @@ def copied(values: list[Any]) -> list[Any]:
 
 
 def output_check(reference: Any, device: torch.device, tolerance: Tolerance) -> Check:
-    """A Check comparing an output with the reference's on the same (pristine) inputs."""
+    """A Check comparing an output with the reference's on the same (pristine) inputs, by the
+    rule of the checks (harness.matching.mismatch, with the reference's exact answer)."""
 
     def check(output: Any, pristine: list[Any], label: str) -> None:
         expected = reference(*replicate_all(pristine, device))
-        report = mismatch(expected, output, tolerance)
+        exact = accuracy.Exact(reference, pristine, device)
+        report = mismatch(expected, output, tolerance, exact)
         if report:
             raise Verdict(status.INCORRECT, f"{label}: {report}{anticheat.poison_note(output)}")
 

@@ -1,0 +1,234 @@
+"""The accuracy rule: a solution's error against the exact answer, next to the reference's own.
+
+Float32 PyTorch is not exact: over a long reduction its own error can exceed the dtype's
+tolerance (atol 1e-4, rtol 1e-4), so an honest kernel that rounds differently, or more
+precisely, fails against it. So the reference also runs wide (float64, on a copy of the model
+and of the inputs) and gives the exact answer; an element of a float32, float16 or bfloat16
+output passes when
+
+    |actual - exact| <= MULTIPLE * scale + FLOOR_ULPS * eps(dtype) * |exact|
+
+or when it passes the dtype tolerance (harness.matching). `scale` is the reference's own error
+|expected - exact| (`expected` being the reference in the problem's dtype), made robust to luck:
+at each element the largest of that error and of DRAWS more draws of it (the reference run in
+its dtype and wide on copies of the inputs, some elements moved one unit in the last place), and at
+least the median of that over the output tensor. One draw of a rounding error can be about zero
+by luck, or by a symmetry of the inputs; another summation order must still pass there. The
+figures behind the constants are in README.md ("How a solution is judged") and were measured by
+tuning/issue12_accuracy.py.
+
+The wide runs cost 1 + 2 * DRAWS model calls, so they are made only for a comparison that the
+dtype tolerance rejects (`Exact`). Where they cannot be made (an op without a float64 kernel, a
+model that raises or keeps float32), the dtype tolerance alone applies and the report says why.
+"""
+
+from __future__ import annotations
+
+import copy
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+WIDE = torch.float64  # the exact answer's dtype
+# A solution may err this many times the reference's own error (its scale, see above).
+# Measured on the CPU (README): honest other orders of sums and products of 1e5..1e6 terms need
+# up to 30x (32 lanes each summing 8192 terms one after another, a dot product whose exact
+# answer is 0), float16 arithmetic in a float32 problem 164x (a matrix-vector product) to 1e5x,
+# tanh-GELU 1.1e4x, a LayerNorm off by 1e-2 2e5x.
+MULTIPLE = 32.0
+FLOOR_ULPS = 2.0  # ... plus this many units in the last place of the exact answer (its rounding)
+DRAWS = 4  # more draws of the reference's own error, on inputs moved by one ulp
+DRAW_SEED = 12  # the moves are random, from this seed (they need no secret: they only loosen)
+NARROW = (torch.float32, torch.float16, torch.bfloat16)  # the output dtypes it applies to
+RULE = (
+    f"or {MULTIPLE:g}x the reference's own error against float64 (its typical error at least) "
+    f"+ {FLOOR_ULPS:g} ulps"
+)
+
+
+@dataclass(frozen=True)
+class Wide:
+    """The reference's exact answer at one place of the output's structure, with the draws of
+    its own error there ((in its dtype, exact) pairs on moved inputs), or why there is none."""
+
+    value: Any = None
+    draws: tuple[tuple[Any, Any], ...] = ()
+    missing: str | None = None  # why there is no exact answer here
+
+    def item(self, index: int) -> Wide:
+        """The answer at `index` of a tuple or list output."""
+        if self.missing is not None:
+            return self
+        if not isinstance(self.value, (tuple, list)) or index >= len(self.value):
+            return Wide(missing="the reference's float64 output has another structure")
+        draws = tuple((_at(e, index), _at(x, index)) for e, x in self.draws)
+        return Wide(self.value[index], draws)
+
+    def against(self, expected: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor] | str:
+        """For `expected` (as compared: on the CPU, complex as real pairs), the exact answer in
+        float64 and the largest error of the draws at each element (0 where none says), or why
+        there is no exact answer."""
+        if self.missing is not None:
+            return self.missing
+        exact = _as_compared(self.value, expected)
+        if exact is None:
+            return "the reference's float64 output has another type or shape"
+        if exact.dtype != WIDE:
+            return f"the reference's output stays {exact.dtype} when run in float64"
+        spread = torch.zeros_like(exact)
+        for narrow, wide in self.draws:
+            e, x = _as_compared(narrow, expected), _as_compared(wide, expected)
+            if e is not None and x is not None:
+                error = (e.to(WIDE) - x.to(WIDE)).abs()
+                spread = torch.maximum(spread, torch.nan_to_num(error, 0.0, 0.0, 0.0))
+        return exact, spread
+
+
+def _at(value: Any, index: int) -> Any:
+    return value[index] if isinstance(value, (tuple, list)) and index < len(value) else None
+
+
+def _as_compared(value: Any, expected: torch.Tensor) -> torch.Tensor | None:
+    """`value` as matching compares `expected` (a CPU tensor, complex as real pairs), or None
+    when it is not a tensor or number of that shape."""
+    if isinstance(value, (bool, int, float, complex)):
+        value = torch.tensor(value, dtype=torch.complex128 if isinstance(value, complex) else WIDE)
+    if not isinstance(value, torch.Tensor):
+        return None
+    value = value.detach().cpu()
+    if value.is_complex():
+        value = torch.view_as_real(value)
+    return value if value.shape == expected.shape else None
+
+
+class Exact:
+    """The reference's exact answer on one set of inputs, computed when first asked for and
+    kept: a copy of the model with its floating-point parameters and buffers cast to float64,
+    on copies of the inputs cast up (integer inputs as they are); and DRAWS draws of its own
+    error, each on copies of the inputs with some elements moved by one ulp (`nudge`)."""
+
+    def __init__(self, model: Any, inputs: list[Any], device: torch.device) -> None:
+        self.model = model
+        self.inputs = inputs
+        self.device = device
+        self.answer: Wide | None = None
+
+    def __call__(self) -> Wide:
+        if self.answer is None:
+            self.answer = self._run()
+        return self.answer
+
+    def _run(self) -> Wide:
+        try:
+            wide = copy.deepcopy(self.model)
+            if isinstance(wide, torch.nn.Module):
+                wide._apply(widen)
+            value = self._call(wide, [widen(v) for v in self.inputs])
+        except Exception as err:
+            return Wide(missing=f"the reference could not run in float64 ({_describe(err)})")
+        draws = []
+        try:  # a draw that fails (a moved input outside the reference's domain) only costs it
+            for draw in range(DRAWS):
+                first = DRAW_SEED + 1000 * draw  # then one seed per input
+                moved = [nudge(v, first + i) for i, v in enumerate(self.inputs)]
+                narrow = self._call(self.model, moved)
+                draws.append((narrow, self._call(wide, [widen(v) for v in moved])))
+        except Exception as err:
+            print(f"accuracy: a draw of the reference's error failed: {_describe(err)}")
+        return Wide(value, tuple(draws))
+
+    def _call(self, model: Any, inputs: list[Any]) -> Any:
+        with torch.no_grad():
+            output = model(*inputs)
+        if self.device.type == "cuda":
+            torch.cuda.synchronize(self.device)
+        return output
+
+
+def _describe(err: BaseException) -> str:
+    lines = [line.strip() for line in str(err).splitlines() if line.strip()]
+    return f"{type(err).__name__}: {lines[0] if lines else '(no message)'}"
+
+
+def widen(value: Any) -> Any:
+    """A float64 (complex128) copy of a floating-point (complex) tensor; anything else as is,
+    a tensor copied."""
+    if not isinstance(value, torch.Tensor):
+        return copy.deepcopy(value)
+    if value.is_floating_point():
+        return value.detach().to(WIDE, copy=True)
+    if value.is_complex():
+        return value.detach().to(torch.complex128, copy=True)
+    return value.detach().clone()
+
+
+BITS = {2: torch.int16, 4: torch.int32, 8: torch.int64}  # an integer of each float's size
+
+
+def nudge(value: Any, seed: int) -> Any:
+    """A copy of `value`; of a floating-point tensor, with each normal finite element moved one
+    unit in the last place toward zero, or not, at random (from `seed`, on the tensor's device).
+    Toward zero, so that an input in a range about zero ([0, 1], say) stays in it; zeros stay
+    zeros."""
+    if not isinstance(value, torch.Tensor):
+        return copy.deepcopy(value)
+    moved = value.detach().clone()
+    if not value.is_floating_point():
+        return moved
+    moved = moved.contiguous()
+    info = torch.finfo(moved.dtype)
+    movable = (moved.abs() >= info.tiny) & (moved.abs() <= info.max)  # not NaN, inf, subnormal
+    generator = torch.Generator(moved.device).manual_seed(seed)
+    coin = torch.randint(
+        0, 2, moved.shape, generator=generator, device=moved.device, dtype=torch.uint8
+    )
+    bits = moved.view(BITS[moved.element_size()])  # sign and magnitude: minus one is toward 0
+    bits -= (movable & (coin == 1)).to(bits.dtype)
+    return moved
+
+
+@dataclass(frozen=True)
+class Errors:
+    """Both errors against the exact answer, elementwise (float64, the output's shape)."""
+
+    solution: torch.Tensor  # |actual - exact|, NaN where any of the three is not finite
+    reference: torch.Tensor  # |expected - exact|, the same
+    allowed: torch.Tensor  # what the rule allows at each element
+    typical: float  # the median over the tensor of the reference's error and its draws'
+
+    @property
+    def within(self) -> torch.Tensor:
+        """Where the solution keeps the rule (never at a NaN or infinity)."""
+        return self.solution <= self.allowed
+
+    def describe(self, bad: torch.Tensor) -> str:
+        """Both errors at the worst of the `bad` elements, for a mismatch report."""
+        ratio = torch.where(bad, self.solution / self.allowed.clamp_min(1e-300), -1.0)
+        ratio = torch.nan_to_num(ratio, nan=-1.0, posinf=-1.0)
+        if not bool((ratio >= 0).any()):
+            return ""
+        at = tuple(int(i) for i in torch.unravel_index(ratio.argmax(), ratio.shape))
+        return (
+            f"; against float64 at {list(at)}: the solution's error "
+            f"{self.solution[at].item():.3g}, the reference's own {self.reference[at].item():.3g} "
+            f"(typically {self.typical:.3g})"
+        )
+
+
+def errors(
+    expected: torch.Tensor, actual: torch.Tensor, exact: torch.Tensor, spread: torch.Tensor
+) -> Errors:
+    """The rule's terms for one tensor (see the module doc): `exact` and the draws' `spread`
+    as Wide.against gives them."""
+    eps = torch.finfo(expected.dtype).eps
+    e, a = expected.to(WIDE), actual.to(WIDE)
+    finite = torch.isfinite(e) & torch.isfinite(a) & torch.isfinite(exact)
+    nan = torch.tensor(float("nan"), dtype=WIDE)
+    reference = torch.where(finite, (e - exact).abs(), nan)
+    solution = torch.where(finite, (a - exact).abs(), nan)
+    scale = torch.maximum(reference, spread)
+    kept = scale[finite]
+    typical = kept.median().item() if kept.numel() else 0.0
+    allowed = MULTIPLE * scale.clamp_min(typical) + FLOOR_ULPS * eps * exact.abs()
+    return Errors(solution, reference, allowed, typical)
