@@ -19,7 +19,6 @@ from pathlib import Path
 
 from harness import loading, record, settings, status, toolchain
 from harness.errors import UserError
-from harness.matching import Tolerance
 from harness.results import comparison, rendering
 from harness.run.discovery import (
     ProblemSource,
@@ -243,6 +242,7 @@ def audit_problems(args: argparse.Namespace) -> int:
 
     names = list_problems(PROBLEMS_DIR) if args.all else [args.problem]
     device = torch.device(pick_device(args.device))
+    tolerance = settings.from_flags(args).checking.tolerance  # --atol/--rtol, as a run takes them
     code = EXIT_OK
     for name in names:
         source = resolve_problem(name, PROBLEMS_DIR, SOLUTIONS_DIR)
@@ -252,7 +252,7 @@ def audit_problems(args: argparse.Namespace) -> int:
             print(f"{source.name}: reject error: {err}")
             code = EXIT_FAILED
             continue
-        findings = audit.audit_problem(problem, device, Tolerance(args.atol, args.rtol))
+        findings = audit.audit_problem(problem, device, tolerance)
         print(audit.render_findings(source.name, findings))
         if audit.rejected(findings):
             code = EXIT_FAILED

@@ -12,6 +12,7 @@ import numpy as np
 import torch
 
 from harness.loading import Case
+from harness.settings import Checking
 
 
 def seed_everything(seed: int) -> None:
@@ -42,6 +43,11 @@ class Seeds:
 
     seed: int
     secret: int = 0
+
+    @classmethod
+    def of(cls, checking: Checking) -> Seeds:
+        """The plan of a run's checking settings (its base seed and secret)."""
+        return cls(checking.seed, checking.secret)
 
     def case(self, index: int) -> int:
         """Case `index`'s models (Model and ModelNew are built from it)."""

@@ -316,21 +316,30 @@ class RunRecord:
     @classmethod
     def from_dict(cls, data: Data) -> RunRecord:
         """A record from its JSON form, as any run has written it."""
-        ceiling, builds = data.get("ceiling"), data.get("builds")
+        ceiling = data.get("ceiling")
         return cls(
+            **reported(data),
             **{name: data[name] for name in _PLAIN_FIELDS},
             settings=Settings.from_dict(dict(data["settings"])),
             machine=Machine.from_dict(data["machine"]),
             benchmarks=tuple(BenchRow.from_dict(b) for b in data.get("benchmarks") or ()),
             warnings=tuple(data.get("warnings") or ()),
             ceiling=Ceiling.from_dict(ceiling) if ceiling else None,
-            device=data.get("device"),
-            reason=data.get("reason"),
-            builds=None if builds is None else tuple(Build.from_dict(b) for b in builds),
-            build_s=data.get("build_s"),
-            own_share=data.get("own_share"),
-            reference_share=data.get("reference_share"),
         )
+
+
+def reported(data: Data) -> dict[str, Any]:
+    """The fields a worker reports beyond its verdict, each None where `data` lacks it: as a
+    record holds them (`RunRecord.from_dict`) or as the worker sends them (the session)."""
+    builds = data.get("builds")
+    return {
+        "device": data.get("device"),
+        "reason": data.get("reason"),
+        "builds": None if builds is None else tuple(Build.from_dict(b) for b in builds),
+        "build_s": data.get("build_s"),
+        "own_share": data.get("own_share"),
+        "reference_share": data.get("reference_share"),
+    }
 
 
 # Fields written and read as they are; each is in every record ever written.

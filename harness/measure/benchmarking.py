@@ -53,7 +53,7 @@ def time_benchmarks(
     timer = _timer(device, settings)
     rule = settings.timing.rule
     floor = timing.floor_us(timer, device, rule) if device.type == "cuda" else None
-    seeds = Seeds(settings.checking.seed, settings.checking.secret)
+    seeds = Seeds.of(settings.checking)
     rows = []
     for index, bench in enumerate(problem.benchmarks):
         seed = seeds.benchmark(index)
@@ -84,7 +84,7 @@ def compile_baseline(
 ) -> list[dict[str, Any]]:
     """Eager and torch.compile'd reference, side by side, per benchmark; compile time apart."""
     timer = _timer(device, settings)
-    seeds = Seeds(settings.checking.seed, settings.checking.secret)
+    seeds = Seeds.of(settings.checking)
     rows = []
     for index, bench in enumerate(problem.benchmarks):
         seed = seeds.benchmark(index)

@@ -47,7 +47,7 @@ HELD = (
 def check_cases(problem: Problem, model_new: type, device: torch.device, checking: Checking) -> int:
     """Check every case `checking.trials` times with fresh inputs (harness.inputs.Seeds);
     return the number of checks made."""
-    seeds = Seeds(checking.seed, checking.secret)
+    seeds = Seeds.of(checking)
     checks = 0
     for index, case in enumerate(problem.cases):
         models = build_models(problem, model_new, case, seeds.case(index), device)

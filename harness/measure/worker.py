@@ -227,7 +227,7 @@ def _own_work(
     `result` first, so a rejected row keeps them. A profiler that fails here only costs the
     check, with a warning."""
     case = problem.cases[0]
-    seeds = Seeds(job.settings.checking.seed, job.settings.checking.secret)
+    seeds = Seeds.of(job.settings.checking)
     reference, solution = build_models(problem, model_new, case, seeds.case(0), device)
     inputs = guard(status.PROBLEM_ERROR, "get_inputs", make_inputs, case, seeds.trial(0, 1), device)
 

@@ -14,7 +14,7 @@ from harness.errors import UserError
 from harness.loading import Problem, load_problem
 from harness.measure import roofline
 from harness.measure.worker import Job
-from harness.record import BenchRow, Build, Ceiling, Machine, RunRecord
+from harness.record import BenchRow, Ceiling, Machine, RunRecord
 from harness.results import baselines, rendering, report
 from harness.run import audit, isolate, machine, plants, scan
 from harness.run.discovery import ProblemSource, missing_model_new
@@ -105,7 +105,6 @@ class Session:
             result = self._run_job(job, [solution.parent, source.reference.parent])
         measured = [BenchRow.from_dict(bench) for bench in result["benchmarks"]]
         versus = [baselines.versus(row, compiled, self.run_id) for row in measured]
-        builds = result.get("builds")
         return RunRecord(
             run_id=self.run_id,
             time=_now(),
@@ -127,12 +126,7 @@ class Session:
             ),
             warnings=tuple(scan.scan(solution) + result.get("warnings", [])),
             ceiling=ceiling,
-            device=result.get("device"),
-            reason=result.get("reason"),
-            builds=None if builds is None else tuple(Build.from_dict(b) for b in builds),
-            build_s=result.get("build_s"),
-            own_share=result.get("own_share"),
-            reference_share=result.get("reference_share"),
+            **record.reported(result),
         )
 
     def _run_job(self, job: Job, folders: list[Path]) -> dict[str, Any]:
