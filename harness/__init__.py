@@ -11,6 +11,7 @@ run/       the parent process, one per run.py: finds the work and drives it
     progress   tell the user what a long step is doing
     scan       a static scan of a solution's source, as warnings
     plants     remove modules a solution planted where later processes import from
+    ncu        --ncu: have Nsight Compute count the bytes one call moves, as a witness
 measure/   the worker process, one per solution: builds, checks and times it
     worker     load, check and time one solution (the worker's entry point)
     builds     watch the extension builds a solution makes
@@ -23,6 +24,7 @@ measure/   the worker process, one per solution: builds, checks and times it
     timing     sample calls side by side under the stopping rule; CUDA-event and wall timers
     roofline   bytes and FLOPs a problem must move, and the GPU's copy-bandwidth ceiling
     gpustate   SM clock, temperature and throttling through NVML (read, never set)
+    witness    the one call that ncu counts, in a process of its own (run.py --ncu)
 results/   reads recorded files only (no GPU, no worker): what people read
     rendering  re-render a results folder (tables, charts, summary), reading its log once
     report     a problem's tables (markdown and CSV)
@@ -34,6 +36,7 @@ results/   reads recorded files only (no GPU, no worker): what people read
 Shared by all three, importing no wing:
     settings   the run's settings: declared once, made from the flags, carried whole
     record     the typed record of a run and its benchmark rows; writes and reads the run log
+    measurement  a call's raw timings and the statistics derived from them
     files      locked folders, atomic writes, JSON-lines logs
     loading    import a reference and read its optional extras (tolerances, cases, benchmarks)
     inputs     seeded inputs (one seed plan), copied with their exact layout to each side

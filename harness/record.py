@@ -10,81 +10,19 @@ one every run has written; records from before a key existed read with None in i
 
 from __future__ import annotations
 
-import statistics
 import sys
 from collections.abc import Mapping
 from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any, ClassVar, TypeVar
 
-from harness import files, stats
+from harness import files
+from harness.measurement import Measurement
 from harness.settings import Settings
 from harness.stats import Interval
 
 LOG_NAME = "runs.jsonl"
 Data = Mapping[str, Any]
-
-
-@dataclass(frozen=True)
-class Measurement:
-    """Raw timings of one call, in microseconds, with statistics derived from them."""
-
-    times_us: tuple[float, ...]
-    method: str  # "cuda_events", "cuda_graph" or "wall_clock"
-    host_us: float | None = None  # median host time to enqueue the call (GPU timers)
-    synchronizes: bool | None = None  # the call waits for the device (CUDA timers; None: unknown)
-
-    @property
-    def count(self) -> int:
-        return len(self.times_us)
-
-    @property
-    def median_us(self) -> float:
-        return statistics.median(self.times_us)
-
-    @property
-    def interval(self) -> Interval:
-        """The median with its 95% distribution-free interval (stats.median_interval)."""
-        return stats.median_interval(self.times_us)
-
-    @property
-    def iqr_us(self) -> float:
-        """Interquartile range: the spread of the middle half of the samples."""
-        if self.count < 2:
-            return 0.0
-        q1, _, q3 = statistics.quantiles(self.times_us, n=4, method="inclusive")
-        return q3 - q1
-
-    @property
-    def spread(self) -> float:
-        """IQR as a fraction of the median (0.02 means the middle half spans 2% of it)."""
-        return self.iqr_us / self.median_us if self.median_us > 0 else 0.0
-
-    @property
-    def rse(self) -> float:
-        return stats.relative_standard_error(self.times_us)
-
-    def to_dict(self) -> dict[str, Any]:
-        interval = self.interval
-        return {
-            "method": self.method,
-            "count": self.count,
-            "median_us": self.median_us,
-            "median_low_us": interval.low,
-            "median_high_us": interval.high,
-            "iqr_us": self.iqr_us,
-            "min_us": min(self.times_us),
-            "rse": self.rse,
-            "host_us": self.host_us,
-            "times_us": list(self.times_us),
-            **({"synchronizes": self.synchronizes} if self.synchronizes is not None else {}),
-        }
-
-    @classmethod
-    def from_dict(cls, data: Data) -> Measurement:
-        return cls(
-            tuple(data["times_us"]), data["method"], data.get("host_us"), data.get("synchronizes")
-        )
 
 
 Flat = TypeVar("Flat", bound="_Flat")
@@ -134,6 +72,23 @@ class CompileBaseline(_Flat):
 
 
 @dataclass(frozen=True)
+class Witness(_Flat):
+    """What Nsight Compute counted for one call of the solution (run.py --ncu,
+    harness.run.ncu): bytes its kernels read from and wrote to DRAM, and wrote to L2."""
+
+    kernels: int
+    dram_read: int
+    dram_write: int
+    l2_write: int  # the writes as they reach L2 (which can hold them back from DRAM)
+
+    @property
+    def moved(self) -> int:
+        """The bytes the call moved: read from DRAM, and written as far as L2 at least (a
+        write that stays in L2 when the kernel ends is counted there, not in DRAM)."""
+        return self.dram_read + max(self.dram_write, self.l2_write)
+
+
+@dataclass(frozen=True)
 class BenchRow:
     """One benchmark shape, timed: the solution and eager PyTorch side by side.
 
@@ -158,6 +113,7 @@ class BenchRow:
     wall_us: float | None = None  # the wall-clock cross-check per call (not in graph mode)
     compile: CompileBaseline | None = None
     vs_compile: Interval | None = None  # speedup over `compile`, unless it gave a wrong answer
+    witness: Witness | None = None  # what Nsight Compute counted (run.py --ncu)
 
     def to_dict(self) -> dict[str, Any]:
         data = {
@@ -180,12 +136,13 @@ class BenchRow:
             "wall_us": self.wall_us,
             "compile": self.compile.to_dict() if self.compile else None,
             "vs_compile": _interval_dict(self.vs_compile),
+            "witness": self.witness.to_dict() if self.witness else None,
         }
         return {**data, **{k: v for k, v in present_only.items() if v is not None}}
 
     @classmethod
     def from_dict(cls, data: Data) -> BenchRow:
-        state, compiled = data.get("state"), data.get("compile")
+        state, compiled, witness = data.get("state"), data.get("compile"), data.get("witness")
         return cls(
             name=data["name"],
             inputs=tuple(data.get("inputs") or ()),
@@ -204,6 +161,7 @@ class BenchRow:
             wall_us=data.get("wall_us"),
             compile=CompileBaseline.from_dict(compiled) if compiled else None,
             vs_compile=_interval(data.get("vs_compile")),
+            witness=Witness.from_dict(witness) if witness else None,
         )
 
 

@@ -181,6 +181,12 @@ class Settings:
         flag="--no-audit",
         action="store_false",
     )
+    ncu: bool = option(
+        False,
+        "after timing, run one call per benchmark again under Nsight Compute (ncu) and record "
+        "the bytes its kernels move; a row that moves less than the problem's minimum is flagged",
+        action="store_true",
+    )
     checking: Checking = Checking()
     timing: Timing = Timing()
     limits: Limits = Limits()

@@ -37,11 +37,15 @@ def problem_of(model: type, inputs: Callable[[], list[Any]]) -> Problem:
 
 
 def judged(
-    model: type, inputs: Callable[[], list[Any]], solution: type, checking: Checking = CHECKING
+    model: type,
+    inputs: Callable[[], list[Any]],
+    solution: type,
+    checking: Checking = CHECKING,
+    device: torch.device = CPU,
 ) -> str:
     """'ok', or the verdict's status and detail, of `solution` checked as the worker does."""
     try:
-        check_cases(problem_of(model, inputs), solution, CPU, checking)
+        check_cases(problem_of(model, inputs), solution, device, checking)
     except Verdict as verdict:
         return f"{verdict.status}: {verdict.detail}"
     return "ok"
@@ -124,6 +128,18 @@ def test_long_dot_products_matvecs_and_sums_in_another_order_pass(
     model: type, inputs: Callable[[], list[Any]], solution: type
 ) -> None:
     assert judged(model, inputs, solution) == "ok"
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize(
+    ("model", "inputs", "solution"),
+    [case[1:] for case in HONEST],
+    ids=[f"{case[0]}-{case[3].__name__}" for case in HONEST],
+)
+def test_on_the_gpu_other_orders_pass_against_cublas_and_cuda_sums(
+    model: type, inputs: Callable[[], list[Any]], solution: type
+) -> None:
+    assert judged(model, inputs, solution, device=torch.device("cuda")) == "ok"
 
 
 def test_the_dtype_tolerance_alone_rejects_those_honest_kernels() -> None:
@@ -209,6 +225,20 @@ def test_approximations_stay_incorrect_and_the_report_names_both_errors(
     assert "against float64 at [" in verdict
     assert "the solution's error" in verdict and "the reference's own" in verdict
     assert f"or {accuracy.MULTIPLE:g}x the reference's own error against float64" in verdict
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize(
+    ("model", "inputs", "solution"),
+    [case[1:] for case in APPROXIMATIONS],
+    ids=[case[0] for case in APPROXIMATIONS],
+)
+def test_on_the_gpu_approximations_stay_incorrect(
+    model: type, inputs: Callable[[], list[Any]], solution: type
+) -> None:
+    verdict = judged(model, inputs, solution, device=torch.device("cuda"))
+    assert verdict.startswith(f"{status.INCORRECT}: case 'default'"), verdict
+    assert "against float64 at [" in verdict
 
 
 def test_a_tanh_gelu_errs_thousands_of_times_the_references_own_error() -> None:

@@ -244,6 +244,23 @@ def test_cuda_timer_probes_whether_a_call_waits_for_the_device() -> None:
 
 
 @pytest.mark.gpu
+def test_work_that_a_waiting_call_leaves_on_the_stream_is_timed_too() -> None:
+    device = torch.device("cuda")
+    timer = CudaTimer(device)
+    x = torch.randn(1 << 16, device=device)
+    two_ms = int(2000 * timer.cycles_per_us)
+
+    def waits_then_leaves_work() -> None:
+        x.sum().item()
+        torch.cuda._sleep(two_ms)  # enqueued after the wait, still running when it returns
+
+    rule = StopRule(warmup_ms=5, min_samples=10, max_samples=20, budget_ms=500)
+    sampled = sample({"leaves": waits_then_leaves_work}, timer, rule)
+    assert sampled.measurements["leaves"].synchronizes is True
+    assert sampled.measurements["leaves"].median_us > 1800
+
+
+@pytest.mark.gpu
 def test_cuda_timer_sees_device_time_above_the_floor() -> None:
     device = torch.device("cuda")
     timer = CudaTimer(device)

@@ -19,6 +19,7 @@ from harness.stats import Interval
 
 NOTES_CHARS = 160  # a markdown cell longer than this is cut; the CSV keeps it whole
 NOISY_RSE = 0.01  # a side whose relative standard error ends above this is marked noisy
+WITNESS_MIN_SHARE = 0.9  # a call that moves less than this share of the minimum is flagged
 COLUMNS = {  # column: header in the markdown table
     "solution": "solution",
     "shape": "shape",
@@ -55,6 +56,9 @@ CSV_COLUMNS = [c for c in COLUMNS if c not in ("notes", "speedup", "vs_compile")
     "bytes",
     "flops",
     "tflops",
+    "ncu_bytes",
+    "ncu_pct",
+    "ncu_kernels",
     "sm_mhz",
     "temp_c",
     "throttled_samples",
@@ -135,6 +139,7 @@ def _timing_columns(bench: BenchRow, ceiling: Ceiling | None) -> dict[str, Any]:
     columns.update(_roofline_columns(bench, ceiling))
     columns.update(_compile_columns(bench))
     columns.update(_state_columns(bench.state))
+    columns.update(_witness_columns(bench))
     columns["flags"] = "; ".join(flags(bench, columns))
     return columns
 
@@ -169,6 +174,15 @@ def _compile_columns(bench: BenchRow) -> dict[str, Any]:
     }
 
 
+def _witness_columns(bench: BenchRow) -> dict[str, Any]:
+    """What ncu counted for one call (run.py --ncu), as a share of the problem's minimum."""
+    if not bench.witness:
+        return {}
+    moved = bench.witness.moved
+    share = 100 * moved / bench.bytes if bench.bytes else None
+    return {"ncu_bytes": moved, "ncu_pct": share, "ncu_kernels": bench.witness.kernels}
+
+
 def _state_columns(state: GpuState | None) -> dict[str, Any]:
     if not state:
         return {}
@@ -182,6 +196,12 @@ def _state_columns(state: GpuState | None) -> dict[str, Any]:
 def flags(bench: BenchRow, columns: dict[str, Any]) -> list[str]:
     """What a reader must know before trusting the row's numbers."""
     found = []
+    witnessed = columns.get("ncu_pct")
+    if witnessed is not None and witnessed < 100 * WITNESS_MIN_SHARE:
+        found.append(
+            f"MOVED {witnessed:.0f}% of the problem's minimum bytes under ncu: skipped work, "
+            "or a wrong byte count"
+        )
     if columns.get("ceiling_pct") and columns["ceiling_pct"] > 100:
         found.append(
             f"ABOVE the copy ceiling ({columns['ceiling_pct']:.0f}%): a warm cache, a wrong "

@@ -16,7 +16,7 @@ from harness.measure import roofline
 from harness.measure.worker import Job
 from harness.record import BenchRow, Ceiling, Machine, RunRecord
 from harness.results import baselines, rendering, report
-from harness.run import audit, isolate, machine, plants, scan
+from harness.run import audit, isolate, machine, ncu, plants, scan
 from harness.run.discovery import ProblemSource, missing_model_new
 from harness.run.progress import Progress
 from harness.settings import REPO, Settings
@@ -104,6 +104,10 @@ class Session:
             job = self._job(source, solution, log_path, content)
             result = self._run_job(job, [solution.parent, source.reference.parent])
         measured = [BenchRow.from_dict(bench) for bench in result["benchmarks"]]
+        witnessed: list[str] = []
+        if self.settings.ncu and result["status"] == status.OK and measured:
+            device = result.get("device") or self.settings.device
+            measured, witnessed = self._witness(job, device, measured)
         versus = [baselines.versus(row, compiled, self.run_id) for row in measured]
         return RunRecord(
             run_id=self.run_id,
@@ -124,10 +128,23 @@ class Session:
                 replace(row, compile=baseline, vs_compile=speedup)
                 for row, (baseline, speedup) in zip(measured, versus, strict=True)
             ),
-            warnings=tuple(scan.scan(solution) + result.get("warnings", [])),
+            warnings=tuple(scan.scan(solution) + result.get("warnings", []) + witnessed),
             ceiling=ceiling,
             **record.reported(result),
         )
+
+    def _witness(
+        self, job: Job, device: str, rows: list[BenchRow]
+    ) -> tuple[list[BenchRow], list[str]]:
+        """--ncu: `rows` with what Nsight Compute counted for one call each (harness.run.ncu)."""
+        spec = {
+            "problem": job.problem,
+            "reference": str(Path(job.reference).resolve()),
+            "solution": str(Path(job.solution).resolve()),
+            "content_hash": job.content_hash,
+        }
+        log = Path(job.log_path)
+        return ncu.witness_rows(self.settings, device, spec, rows, log, self.progress.note)
 
     def _run_job(self, job: Job, folders: list[Path]) -> dict[str, Any]:
         """Run `job` in a worker; a module it planted where Python imports from is removed, and

@@ -1,0 +1,54 @@
+"""One call of a solution on one benchmark, for Nsight Compute to count (run.py --ncu).
+
+    python -m harness.measure.witness SPEC.json INDEX
+
+harness.run.ncu has ncu launch this process with profiling off from the start; the one call
+made between cudaProfilerStart and cudaProfilerStop is the one counted. SPEC.json holds what a
+worker's Job holds (problem, reference, solution, content hash, settings). The solution loads
+from the build cache its worker filled, and the benchmark's models and inputs come from the
+seeds its timing used, so the call counted is one the timing made. One call before it, not
+counted, pays for lazy initialisation (cuBLAS handles, first-use allocations).
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from harness.inputs import Seeds, make_inputs
+from harness.loading import import_file, load_problem
+from harness.measure.checking import build_models
+from harness.settings import Settings
+from harness.toolchain import use_build_cache
+
+
+def count_one_call(spec: dict[str, Any], index: int) -> None:
+    """Make benchmark `index`'s call once untimed, then once between the profiler's marks."""
+    settings = Settings.from_dict(spec["settings"])
+    solution = Path(spec["solution"])
+    use_build_cache(
+        settings.places.build_dir, spec["problem"], solution, settings.arch, spec["content_hash"]
+    )
+    problem = load_problem(spec["problem"], Path(spec["reference"]))
+    device = torch.device("cuda", torch.device(settings.device).index or 0)
+    torch.cuda.set_device(device)
+    model_new = import_file(solution).ModelNew
+    bench = problem.benchmarks[index]
+    seed = Seeds.of(settings.checking).benchmark(index)
+    _, model = build_models(problem, model_new, bench, seed, device)
+    inputs = make_inputs(bench, seed, device)
+    with torch.no_grad():
+        model(*inputs)
+        torch.cuda.synchronize(device)
+        torch.cuda.profiler.start()
+        model(*inputs)
+        torch.cuda.synchronize(device)
+        torch.cuda.profiler.stop()
+
+
+if __name__ == "__main__":
+    count_one_call(json.loads(Path(sys.argv[1]).read_text(encoding="utf-8")), int(sys.argv[2]))

@@ -1,0 +1,130 @@
+"""Issue 12, item 2: how a call that waits for the device (cudaDeviceSynchronize, .item(),
+.cpu(), a blocking copy) costs per call in a loop, against the ways a timer can take it alone.
+
+Runs on a GPU: python tuning/issue12_sync.py [--samples N]. For each TOY_SYNC mode of
+tests/fixtures/toy_solutions/cuda_synchronizes.py, on the toy problem's benchmark (256x256), it
+prints the median microseconds per call of:
+
+    loop        back-to-back calls, the wall clock over a batch (min and median of batch means)
+    idle        flush, synchronize, host clock around the call and a final synchronize
+    idle_bare   flush, synchronize, host clock around the call alone
+    idle_cold   no flush: synchronize, host clock around the call and a final synchronize
+    pair        flush, synchronize, one call, then the host clock around a second call
+    pair_flush  one call, flush, synchronize, then the host clock around a second call
+    each        back-to-back calls, the host clock around each
+    timer       harness.measure.timing.CudaTimer, one call per run
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import statistics
+import sys
+import time
+from pathlib import Path
+
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from harness.measure.timing import CudaTimer
+
+SOLUTION = Path(__file__).resolve().parents[1] / "tests/fixtures/toy_solutions/cuda_synchronizes.py"
+SAMPLES = int(sys.argv[sys.argv.index("--samples") + 1]) if "--samples" in sys.argv else 200
+
+
+def load(mode: str):
+    os.environ["TOY_SYNC"] = mode
+    spec = importlib.util.spec_from_file_location(f"sync_{mode}", SOLUTION)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module.ModelNew(2.0).cuda()
+
+
+def median_us(take, samples: int = SAMPLES) -> float:
+    return statistics.median(take() for _ in range(samples))
+
+
+def variants(call, timer: CudaTimer) -> dict[str, float]:
+    sync = torch.cuda.synchronize
+    clock = time.perf_counter
+
+    def timed(before, after=None):
+        def take():
+            before()
+            begin = clock()
+            call()
+            if after:
+                after()
+            return (clock() - begin) * 1e6
+
+        return take
+
+    def flush_sync():
+        timer.flush()
+        sync()
+
+    def flush_sync_call():
+        flush_sync()
+        call()
+
+    def call_flush_sync():
+        call()
+        flush_sync()
+
+    def batches(count=50, rounds=9):
+        means = []
+        for _ in range(rounds):
+            sync()
+            begin = clock()
+            for _ in range(count):
+                call()
+            sync()
+            means.append((clock() - begin) / count * 1e6)
+        return min(means), statistics.median(means)
+
+    def each():
+        times = []
+        sync()
+        for _ in range(SAMPLES):
+            begin = clock()
+            call()
+            times.append((clock() - begin) * 1e6)
+        return statistics.median(times)
+
+    loop_min, loop_median = batches()
+    figures = {"loop_min": loop_min, "loop_median": loop_median}
+    figures["idle"] = median_us(timed(flush_sync, sync))
+    figures["idle_bare"] = median_us(timed(flush_sync))
+    figures["idle_cold"] = median_us(timed(sync, sync))
+    figures["pair"] = median_us(timed(flush_sync_call))
+    figures["pair_flush"] = median_us(timed(call_flush_sync))
+    figures["each"] = each()
+    named = lambda: call()  # noqa: E731
+    named.name = "solution"
+    figures["timer"] = statistics.median(timer.run([named])[0] for _ in range(SAMPLES))
+    figures["timer_sync"] = float(timer.synchronizing["solution"])
+    return figures
+
+
+def main() -> None:
+    device = torch.device("cuda")
+    timer = CudaTimer(device)
+    x = torch.randn(256, 256, device=device)
+    print(torch.cuda.get_device_name(), torch.__version__)
+    rows = []
+    for mode in ("device", "item", "cpu", "copy"):
+        model = load(mode)
+        with torch.no_grad():
+            for _ in range(20):
+                model(x)
+            timer.reset()
+            rows.append((mode, variants(lambda m=model: m(x), timer)))
+    names = list(rows[0][1])
+    print("mode    " + " ".join(f"{n:>11}" for n in names))
+    for mode, figures in rows:
+        print(f"{mode:<8}" + " ".join(f"{figures[n]:11.1f}" for n in names))
+
+
+if __name__ == "__main__":
+    main()
