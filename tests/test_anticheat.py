@@ -158,6 +158,29 @@ def test_work_the_timer_did_not_see_is_rejected() -> None:
     assert benchmarking.check_seen(honest, timed_us=1e4, host_us=None, device=CPU) < 2e4
 
 
+def test_a_warm_call_runs_other_inputs_than_the_timed_calls_and_is_never_judged() -> None:
+    seen: list[torch.Tensor] = []
+
+    def model(x: torch.Tensor) -> torch.Tensor:
+        seen.append(x)
+        return x * 2
+
+    feed = fed(model, [[torch.randn(8, 8)] for _ in range(3)])
+    for _ in range(20):
+        feed.prepare()
+        feed.warm()
+        warm = seen[-1]
+        feed()
+        assert warm is not feed.current[0] and seen[-1] is feed.current[0]
+    feed.settle()
+    assert feed.checker is not None and feed.checker.checked == 20  # the timed calls alone
+    single = fed(model, [[torch.randn(8, 8)]])
+    single.prepare()
+    calls = len(seen)
+    single.warm()  # no other inputs: no warm call, rather than one on the timed call's inputs
+    assert len(seen) == calls
+
+
 class FixesItsFirstOutput(torch.nn.Module):
     """Returns a wrong buffer on the first call of a check, and on the second (after the
     reference) writes the right answer into that buffer: the first output, held by the harness,
