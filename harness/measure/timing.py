@@ -188,7 +188,8 @@ class CudaTimer:
     (`_waited`): its kernels plus its synchronisation, what a loop of such calls costs. In a
     loop, each call finds the host's caches warm with the code of the one before; amid the
     harness's own work (new inputs, the other side's call) the same call took 1.5x as long on
-    the H200. So an untimed call (`_warm`, on other inputs) comes just before the flush.
+    the H200. So an untimed call (`_warm`, on other inputs) comes just before it, after the
+    flush: back to back, as in a loop, with its own inputs still cold.
     """
 
     HOST_MARGIN = 1.5  # the sleep covers this many times the call's median host time ...
@@ -232,14 +233,14 @@ class CudaTimer:
         for call in calls:
             name = getattr(call, "name", "")
             _prepare(call)
+            self.flush()
             if self.synchronizing[name]:
+                torch.cuda.synchronize(self.device)  # the flush done before the warm call
                 _warm(call)
-                self.flush()
                 waited = self._waited(call)
                 timed.append(waited)
                 host.append((name, waited))
                 continue
-            self.flush()
             cover = self.HOST_MARGIN * self.host_us.get(name, 50.0) + self.HOST_EXTRA_US
             torch.cuda._sleep(int(cover * self.cycles_per_us))
             start = torch.cuda.Event(enable_timing=True)
@@ -257,16 +258,19 @@ class CudaTimer:
 
     def _waited(self, call: Call) -> float:
         """A call that waits for the device, timed as a loop of such calls costs: the host's
-        clock from the call, the device idle and the flush done, until it returns; or, where it
-        left work on the stream after its own wait, until that work is done too. Microseconds.
+        clock from the call, the device idle, until it returns; or, where it left work on the
+        stream after its own wait, until that work is done too. Microseconds.
 
-        No synchronize after a call whose stream is idle when it returns: on the H200 one costs
-        6-8 us on an idle device, a third of such a call (tuning/issue12_sync.py)."""
-        torch.cuda.synchronize(self.device)
+        The stream is queried rather than synchronized where it can be: on the H200 a
+        synchronize costs 6-8 us even on an idle device, a third of such a call
+        (tuning/issue12_sync.py)."""
+        stream = torch.cuda.current_stream(self.device)
+        if not stream.query():  # the warm call left work behind
+            torch.cuda.synchronize(self.device)
         begin = time.perf_counter()
         call()
         end = time.perf_counter()
-        if not torch.cuda.current_stream(self.device).query():
+        if not stream.query():
             torch.cuda.synchronize(self.device)
             end = time.perf_counter()
         return (end - begin) * 1e6
