@@ -29,6 +29,7 @@ def lines() -> list[dict]:
 
 ISSUE_5_RUN = "20261129-131410-2b0e8b"  # run.py --all --compile at 6786b02, flat settings
 ISSUE_11_RUN = "20261130-200741-a673f8"  # the same at f8defa8, settings recorded whole
+ISSUE_12_RUN = "20261130-222451-34f8c4"  # the same at e617aef, with --ncu
 
 
 def of_run(records: list[RunRecord], run_id: str, problem: str, solution: str) -> RunRecord:
@@ -123,3 +124,18 @@ def test_the_committed_compile_baselines_match_the_rows_that_used_them(
         for bench in fast.benchmarks:
             baseline, versus = baselines.versus(bench, entries, run_id="another run")
             assert baseline == bench.compile and versus == bench.vs_compile
+
+
+def test_the_committed_witness_saw_every_gpu_row_move_its_minimum_bytes(
+    records: list[RunRecord],
+) -> None:
+    issue_12 = [r for r in records if r.run_id == ISSUE_12_RUN]
+    assert len(issue_12) == 6 and all(r.settings.ncu for r in issue_12)
+    gpu_rows = [b for r in issue_12 if r.device != "cpu" for b in r.benchmarks]
+    assert len(gpu_rows) == 10
+    for bench in gpu_rows:
+        assert bench.witness is not None and bench.bytes is not None
+        assert 1.0 <= bench.witness.moved / bench.bytes <= 1.6, (bench.name, bench.witness)
+        assert "MOVED" not in "; ".join(report.flags(bench, report._timing_columns(bench, None)))
+    cpu = of_run(records, ISSUE_12_RUN, "multilabel_margin", "cpu_cpp")
+    assert "ncu witness skipped: the solution ran on the CPU" in cpu.warnings
