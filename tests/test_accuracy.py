@@ -119,11 +119,14 @@ HONEST = [
 ]
 
 
-@pytest.mark.parametrize(
+HONEST_CASES = pytest.mark.parametrize(
     ("model", "inputs", "solution"),
     [case[1:] for case in HONEST],
     ids=[f"{case[0]}-{case[3].__name__}" for case in HONEST],
 )
+
+
+@HONEST_CASES
 def test_long_dot_products_matvecs_and_sums_in_another_order_pass(
     model: type, inputs: Callable[[], list[Any]], solution: type
 ) -> None:
@@ -131,11 +134,7 @@ def test_long_dot_products_matvecs_and_sums_in_another_order_pass(
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize(
-    ("model", "inputs", "solution"),
-    [case[1:] for case in HONEST],
-    ids=[f"{case[0]}-{case[3].__name__}" for case in HONEST],
-)
+@HONEST_CASES
 def test_on_the_gpu_other_orders_pass_against_cublas_and_cuda_sums(
     model: type, inputs: Callable[[], list[Any]], solution: type
 ) -> None:
@@ -212,11 +211,14 @@ APPROXIMATIONS = [
 ]
 
 
-@pytest.mark.parametrize(
+APPROXIMATION_CASES = pytest.mark.parametrize(
     ("model", "inputs", "solution"),
     [case[1:] for case in APPROXIMATIONS],
     ids=[case[0] for case in APPROXIMATIONS],
 )
+
+
+@APPROXIMATION_CASES
 def test_approximations_stay_incorrect_and_the_report_names_both_errors(
     model: type, inputs: Callable[[], list[Any]], solution: type
 ) -> None:
@@ -228,11 +230,7 @@ def test_approximations_stay_incorrect_and_the_report_names_both_errors(
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize(
-    ("model", "inputs", "solution"),
-    [case[1:] for case in APPROXIMATIONS],
-    ids=[case[0] for case in APPROXIMATIONS],
-)
+@APPROXIMATION_CASES
 def test_on_the_gpu_approximations_stay_incorrect(
     model: type, inputs: Callable[[], list[Any]], solution: type
 ) -> None:
