@@ -7,7 +7,7 @@ run/       the parent process, one per run.py: finds the work and drives it
     isolate    spawn the worker with time limits and turn any failure into a status
     discovery  find problems and solutions on disk
     audit      reject problems that a zero, constant or memorised answer would pass
-    machine    describe the machine a run happened on
+    machine    describe the machine a run happened on, and its load as each solution starts
     progress   tell the user what a long step is doing
     scan       a static scan of a solution's source, as warnings
     plants     remove modules a solution planted where later processes import from
@@ -23,13 +23,14 @@ measure/   the worker process, one per solution: builds, checks and times it
     benchmarking  time each benchmark shape (solution vs eager, or the torch.compile baseline)
     timing     sample calls side by side under the stopping rule; CUDA-event and wall timers
     roofline   bytes and FLOPs a problem must move, and the GPU's copy-bandwidth ceiling
-    gpustate   SM clock, temperature and throttling through NVML (read, never set)
+    gpustate   SM clock, temperature, throttling, other processes through NVML (read only)
     witness    the one call that ncu counts, in a process of its own (run.py --ncu)
 results/   reads recorded files only (no GPU, no worker): what people read
     rendering  re-render a results folder (tables, charts, summary), reading its log once
     report     a problem's tables (markdown and CSV)
     summary    the summary across problems: scores, best per problem, fast_p
-    comparison compare two recorded runs, shape by shape, with verdicts from intervals
+    comparison compare two recorded runs, shape by shape: time and speedup ratios, verdicts
+    load       the machine's load a run was timed under, and when a row is flagged for it
     charts     draw a problem's speedups as an SVG (when matplotlib is installed)
     baselines  the torch.compile baseline cache, per GPU and torch version
 

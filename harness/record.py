@@ -188,12 +188,15 @@ class Ceiling(_Flat):
 
 
 GPU_FIELDS = ("capability", "sm_count", "l2_bytes", "memory_bytes", "driver")
+LOAD_FIELDS = ("load_1m", "cpu_count", "gpu_processes")
 
 
 @dataclass(frozen=True)
 class Machine(_Flat):
     """The machine a run happened on (harness.run.machine.describe); the GPU's own fields
-    (GPU_FIELDS) are recorded only where there is a GPU."""
+    (GPU_FIELDS) are recorded only where there is a GPU. Its load when the solution's run
+    began (LOAD_FIELDS, harness.run.machine.load) is left out where it was not read, as in
+    records from before it was."""
 
     device: str | None = None
     gpu: str | None = None
@@ -210,10 +213,17 @@ class Machine(_Flat):
     l2_bytes: int | None = None
     memory_bytes: int | None = None
     driver: str | None = None
+    load_1m: float | None = None  # the 1-minute load average (os.getloadavg)
+    cpu_count: int | None = None  # the host's logical CPUs, which that average is shared by
+    gpu_processes: int | None = None  # other processes on the GPU (NVML, where it is available)
 
     def to_dict(self) -> dict[str, Any]:
-        data = super().to_dict()
-        return data if self.gpu else {k: v for k, v in data.items() if k not in GPU_FIELDS}
+        left_out = () if self.gpu else GPU_FIELDS
+        return {
+            k: v
+            for k, v in super().to_dict().items()
+            if k not in left_out and not (k in LOAD_FIELDS and v is None)
+        }
 
 
 @dataclass(frozen=True)

@@ -9,7 +9,9 @@ statistics rather than a normal model:
   median's interval: the two calls of a round run back to back, so drift cancels in the ratio;
 - an unpaired ratio (a cached baseline, or two recorded runs) divides the two medians, and its
   interval combines each median's interval at sqrt(confidence), so that both hold together
-  with at least `confidence` when the two sample sets are independent.
+  with at least `confidence` when the two sample sets are independent;
+- a ratio of two estimates that carry only their intervals (two runs' speedups) divides the
+  bounds crosswise, so that the intervals' half-widths add on a log scale.
 """
 
 from __future__ import annotations
@@ -76,6 +78,22 @@ def unpaired_ratio(
     each = math.sqrt(confidence)
     top, bottom = median_interval(numerator, each), median_interval(denominator, each)
     return Interval(top.value / bottom.value, top.low / bottom.high, top.high / bottom.low)
+
+
+def quotient(numerator: Interval, denominator: Interval) -> Interval:
+    """numerator / denominator of two estimates from independent runs, each with its interval.
+
+    The bounds divide crosswise (low over high, high over low): on a log scale the two
+    intervals' half-widths add, each side on its own. That is conservative: without a model,
+    both intervals hold together with at least confidence squared (0.95: 90%), and then so does
+    this one; where each estimate's error is normal on a log scale, adding the half-widths
+    rather than combining them in quadrature covers more than `confidence`.
+    """
+    return Interval(
+        numerator.value / denominator.value,
+        numerator.low / denominator.high,
+        numerator.high / denominator.low,
+    )
 
 
 def geomean(values: Sequence[float]) -> float:

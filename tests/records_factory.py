@@ -3,6 +3,8 @@ tests."""
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 
 from harness.record import BenchRow, Machine, Measurement, RunRecord
@@ -60,8 +62,10 @@ def record(
     device: str = "cuda:0",
     path: str | None = None,
     detail: str = "",
+    busy: dict[str, Any] | None = None,
 ) -> RunRecord:
-    """A run record as the session builds it."""
+    """A run record as the session builds it; `busy` is the machine's load
+    (load_1m, cpu_count, gpu_processes), not recorded where None."""
     return RunRecord(
         run_id=run_id,
         time=when,
@@ -80,6 +84,7 @@ def record(
             cuda="13.0",
             commit=commit,
             time=when,
+            **(busy or {}),
         ),
         status=status,
         detail=detail,

@@ -1,5 +1,7 @@
 """The command line: what it accepts, what it refuses in one line, and its exit codes."""
 
+import os
+
 import pytest
 import torch
 
@@ -128,6 +130,9 @@ def test_a_timed_row_has_a_paired_speedup_and_a_stop_reason(cli: CliRun) -> None
     assert bench["stop"] in ("target", "budget", "cap")
     assert bench["solution"]["count"] == bench["reference"]["count"] <= 30
     assert bench["bytes"] > 0 and bench["mode"] == "wall_clock"
+    machine = cli.record("good")["machine"]  # the load as the run began; no GPU to count on
+    assert machine["load_1m"] >= 0 and machine["cpu_count"] == os.cpu_count()
+    assert "gpu_processes" not in machine
 
 
 def test_render_and_compare_read_only_the_recorded_files(cli: CliRun, capsys) -> None:

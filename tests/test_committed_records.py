@@ -9,7 +9,7 @@ import pytest
 
 from harness import files, record, status
 from harness.record import RunRecord
-from harness.results import baselines, report, summary
+from harness.results import baselines, comparison, report, summary
 from harness.settings import StopRule
 from tests.conftest import REPO
 
@@ -139,3 +139,33 @@ def test_the_committed_witness_saw_every_gpu_row_move_its_minimum_bytes(
         assert "MOVED" not in "; ".join(report.flags(bench, report._timing_columns(bench, None)))
     cpu = of_run(records, ISSUE_12_RUN, "multilabel_margin", "cpu_cpp")
     assert "ncu witness skipped: the solution ran on the CPU" in cpu.warnings
+
+
+def test_the_committed_runs_compare_by_time_and_by_speedup() -> None:
+    """a000051 -> e617aef, both paired: the CPU row at 512x1024 was faster by time only (eager
+    sped up as much on a quieter host); no load was recorded then, so none is shown."""
+    text = comparison.render_comparison(f"{H200}@a000051", f"{H200}@e617aef")
+    assert "Time old/new: 3 faster, 0 slower, 9 unchanged." in text
+    assert "Speedup new/old: 2 faster, 0 slower, 10 unchanged." in text
+    rows = {tuple(c.strip() for c in line.split("|")[1:4]): line for line in _shape_lines(text)}
+    assert len(rows) == 12 and "*" not in "".join(rows.values())
+    cpu = rows[("multilabel_margin", "cpu_cpp (CPU)", "512x1024")]
+    assert "| 1.454 [1.344, 1.576] | faster" in cpu and "| 0.931 [0.860, 0.991]" in cpu
+    assert "load old -> new" not in text and text.count("| not recorded ") == 2
+
+
+def test_committed_runs_from_before_paired_speedups_still_compare() -> None:
+    text = comparison.render_comparison(f"{H200}@81e52c2", f"{H200}@e617aef")
+    lines = _shape_lines(text)
+    assert len(lines) == 12 and all("]*" in line for line in lines)
+    assert "Time old/new: 10 faster, 1 slower, 1 unchanged." in text
+
+
+def test_committed_rows_carry_no_load_flag(records: list[RunRecord]) -> None:
+    rows = report.table_rows(records)
+    assert rows and not any("load" in row.get("flags", "") for row in rows)
+    assert all(row.get("load_1m") is None for row in rows)
+
+
+def _shape_lines(text: str) -> list[str]:
+    return [line for line in text.splitlines() if line.startswith(("| multilabel", "| smooth"))]

@@ -42,6 +42,11 @@ def folder(tmp_path: Path) -> Path:
     return tmp_path
 
 
+def cells(line: str) -> list[str]:
+    """The cells of a markdown table's line, stripped."""
+    return [cell.strip() for cell in line.strip("|").split("|")]
+
+
 def test_verdict_comes_from_the_whole_interval() -> None:
     assert comparison.verdict(Interval(1.05, 1.03, 1.07)) == "faster"
     assert (
@@ -107,3 +112,77 @@ def test_a_run_compared_with_itself_is_unchanged(folder: Path) -> None:
     assert {row["verdict"] for row in result["shapes"]} == {"unchanged"}
     assert all(row["ratio"].value == 1.0 for row in result["shapes"])
     assert not result["status"] and not result["only_old"] and not result["only_new"]
+
+
+def test_time_and_speedup_ratios_disagree_when_eager_slowed_too(tmp_path: Path) -> None:
+    """The issue's case: a C++ solution's time rose 20.0 -> 21.9 ms while eager's rose
+    24.6 -> 31.5 ms on a busier host; its speedup rose 1.23x -> 1.44x."""
+    cpu = {"device": "cpu"}
+    older = record("p", "cpp", [bench(20_000.0, 24_600.0, seed=1)], run_id=OLD_RUN, **cpu)
+    run_log.append(tmp_path, older)
+    newer = record("p", "cpp", [bench(21_875.0, 31_500.0, seed=2)], run_id=NEW_RUN, **cpu)
+    run_log.append(tmp_path, newer)
+    old_side = comparison.select(f"{tmp_path}@{OLD_RUN}")
+    result = comparison.compare_runs(old_side, comparison.select(f"{tmp_path}@{NEW_RUN}"))
+    (row,) = result["shapes"]
+    assert row["verdict"] == "slower" and row["ratio"].high < 0.93
+    assert row["speedup_verdict"] == "faster" and row["paired"]
+    ratio = row["speedup_ratio"]
+    assert ratio.value == pytest.approx(1.44 / 1.23)
+    # the two speedup intervals (each 2% either side) divided crosswise
+    assert (ratio.low, ratio.high) == pytest.approx(
+        (1.44 * 0.98 / 1.23 / 1.02, 1.44 * 1.02 / 1.23 / 0.98)
+    )
+    text = comparison.render_comparison(f"{tmp_path}@{OLD_RUN}", f"{tmp_path}@{NEW_RUN}")
+    assert "Time old/new: 0 faster, 1 slower, 0 unchanged." in text
+    assert "Speedup new/old: 1 faster, 0 slower, 0 unchanged." in text
+    assert "The two verdicts disagree on 1 shape(s)" in text
+    line = next(li for li in text.splitlines() if li.startswith("| p "))
+    assert cells(line)[6] == "slower"  # by time
+    assert cells(line)[-2:] == ["1.171 [1.125, 1.219]", "faster"]  # by speedup, paired
+
+
+def test_old_records_without_speedup_intervals_compare_unpaired(folder: Path) -> None:
+    """A side recorded before the paired sampler takes the unpaired interval of its medians:
+    wider than the recorded point, marked, and still judged."""
+    run_log.append(folder, old("unpaired", bench(100.0, 200.0, seed=6, new_format=False)))
+    run_log.append(folder, new("unpaired", bench(80.0, 200.0, seed=16)))
+    result = comparison.compare_runs(
+        comparison.select(f"{folder}@{OLD_RUN}"), comparison.select(f"{folder}@{NEW_RUN}")
+    )
+    rows = {row["solution"]: row for row in result["shapes"]}
+    unpaired, paired = rows["unpaired"], rows["sped_up"]
+    assert not unpaired["paired"] and paired["paired"]
+    ratio = unpaired["speedup_ratio"]
+    assert ratio.low < 2.5 / 2.0 / 1.02 and ratio.high > 2.5 / 2.0 / 0.98  # wider than paired
+    assert ratio.low > 1.02 and unpaired["speedup_verdict"] == "faster"
+    text = comparison.render_comparison(f"{folder}@{OLD_RUN}", f"{folder}@{NEW_RUN}")
+    line = next(li for li in text.splitlines() if li.startswith("| p ") and "unpaired" in li)
+    assert cells(line)[-2:] == ["1.254 [1.221, 1.284]*", "faster"]
+    assert "* marks a speedup ratio with a side recorded" in text
+
+
+def test_a_side_without_any_speedup_intervals_still_compares() -> None:
+    old_bench = bench(100.0, 200.0, seed=1, new_format=False)
+    new_bench = bench(100.0, 200.0, seed=2, new_format=False)
+    ratio, paired = comparison.speedup_ratio(old_bench, new_bench)
+    assert not paired and ratio.low < 1 < ratio.high
+    assert comparison.verdict(ratio) == "unchanged"
+
+
+def test_each_sides_load_is_shown_where_recorded(tmp_path: Path) -> None:
+    cpu = {"device": "cpu"}
+    quiet, busy = {"load_1m": 2.0, "cpu_count": 16}, {"load_1m": 24.3, "cpu_count": 16}
+    older = record("p", "cpp", [bench(100.0, 200.0)], run_id=OLD_RUN, busy=quiet, **cpu)
+    run_log.append(tmp_path, older)
+    newer = record("p", "cpp", [bench(100.0, 200.0)], run_id=NEW_RUN, busy=busy, **cpu)
+    run_log.append(tmp_path, newer)
+    text = comparison.render_comparison(f"{tmp_path}@{OLD_RUN}", f"{tmp_path}@{NEW_RUN}")
+    assert "| load (1 min/CPUs)" in text and "| 2.0/16 " in text and "| 24.3/16 " in text
+    line = next(li for li in text.splitlines() if li.startswith("| p "))
+    assert cells(line)[-1] == "2.0/16 -> 24.3/16 loaded"
+
+
+def test_no_load_column_where_no_side_recorded_one(folder: Path) -> None:
+    text = comparison.render_comparison(f"{folder}@{OLD_COMMIT}", f"{folder}@{NEW_COMMIT}")
+    assert "load old -> new" not in text and "| not recorded " in text

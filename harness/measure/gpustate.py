@@ -1,7 +1,8 @@
 """Read the GPU's SM clock, temperature and throttle reasons through NVML, never changing them.
 
 NVML comes from the `nvidia-ml-py` package (module `pynvml`). Where it or the driver is missing,
-`open_probe` returns None and rows simply carry no machine state.
+`open_probe` returns None and rows simply carry no machine state, and `other_processes` (the
+session's count of who else uses the GPU) returns None.
 """
 
 from __future__ import annotations
@@ -77,12 +78,46 @@ def open_probe(device: torch.device) -> Probe | None:
     try:
         import pynvml
 
-        pynvml.nvmlInit()
-        uuid = str(torch.cuda.get_device_properties(device).uuid)
-        handle = pynvml.nvmlDeviceGetHandleByUUID(f"GPU-{uuid}")
-        probe = Probe(pynvml, handle)
+        probe = Probe(pynvml, _handle(pynvml, device))
         probe.read()
     except Exception as err:  # no package, no driver, an old driver: rows go without state
         print(f"machine state not recorded: {type(err).__name__}: {err}", flush=True)
         return None
     return probe
+
+
+def other_processes(device: torch.device, ours: set[int]) -> int | None:
+    """How many processes besides `ours` hold a context on `device` (NVML's compute
+    processes), or None where NVML is not available.
+
+    NVML may list processes by the host's ids while this process sees those of its container;
+    then none of `ours` is found, and where this process holds a context on the device, one
+    listed process is taken to be this one.
+    """
+    try:
+        import pynvml
+
+        running = pynvml.nvmlDeviceGetComputeRunningProcesses(_handle(pynvml, device))
+    except Exception:  # no package, no driver, an old driver: the count is not recorded
+        return None
+    listed = {int(process.pid) for process in running}
+    if listed & ours or not _holds_context(device):
+        return len(listed - ours)
+    return max(len(listed) - 1, 0)
+
+
+def _handle(nvml: Any, device: torch.device) -> Any:
+    """NVML's handle of `device`, found by its UUID (NVML and CUDA may number GPUs apart)."""
+    nvml.nvmlInit()
+    uuid = str(torch.cuda.get_device_properties(device).uuid)
+    return nvml.nvmlDeviceGetHandleByUUID(f"GPU-{uuid}")
+
+
+def _holds_context(device: torch.device) -> bool:
+    """Whether this process has made its CUDA context on `device` (where torch cannot tell,
+    whether it has initialised CUDA at all)."""
+    has_context = getattr(torch._C, "_cuda_hasPrimaryContext", None)
+    try:
+        return bool(has_context(device.index or 0)) if has_context else torch.cuda.is_initialized()
+    except RuntimeError:
+        return torch.cuda.is_initialized()

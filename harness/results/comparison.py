@@ -2,10 +2,17 @@
 
 A side is a spec `FOLDER[@REF]`: a results folder, and optionally a run id prefix or a commit
 prefix that picks some of its records. Each side holds the latest record of each solution
-among the picked ones. Each shape timed on both sides gets the ratio of the medians, old over
-new (above 1: the new side is faster), with an unpaired 95% interval. The verdict comes from
-the interval, never the point: "faster" when all of it lies above 1 + threshold, "slower" when
-all of it lies below 1 / (1 + threshold), else "unchanged".
+among the picked ones. Each shape timed on both sides gets two ratios, each above 1 when the
+new side is faster, each with a 95% interval and a verdict:
+
+- the time ratio, the old median time over the new (`time_ratio`): true where both runs had
+  the machine alike, misled where its load (or clocks) differed, since eager moves too;
+- the speedup ratio, the new speedup over eager over the old one (`speedup_ratio`): each
+  speedup is paired within its run, so a machine that slowed both sides alike cancels.
+
+A verdict comes from the interval, never the point: "faster" when all of it lies above
+1 + threshold, "slower" when all of it lies below 1 / (1 + threshold), else "unchanged". Each
+side's load, where its records hold it (harness.results.load), is shown beside.
 """
 
 from __future__ import annotations
@@ -19,7 +26,7 @@ from tabulate import tabulate
 from harness import record, stats
 from harness.errors import UserError
 from harness.record import BenchRow, RunRecord
-from harness.results import report
+from harness.results import load, report
 from harness.results.summary import CPU_MARK, latest_records, ran_on_cpu_beside_gpu
 
 THRESHOLD = 0.02  # a change smaller than 2% is "unchanged" even when the interval is tight
@@ -86,7 +93,8 @@ def _choices(all_records: list[RunRecord]) -> str:
 
 
 def verdict(ratio: stats.Interval, threshold: float = THRESHOLD) -> str:
-    """'faster', 'slower' or 'unchanged' for an old/new time ratio, from its interval alone."""
+    """'faster', 'slower' or 'unchanged' for a ratio above 1 when the new side is faster (old
+    over new time, new over old speedup), from its interval alone."""
     if ratio.low > 1 + threshold:
         return "faster"
     if ratio.high < 1 / (1 + threshold):
@@ -97,6 +105,28 @@ def verdict(ratio: stats.Interval, threshold: float = THRESHOLD) -> str:
 def time_ratio(old_bench: BenchRow, new_bench: BenchRow) -> stats.Interval:
     """Old median time over new, with an unpaired interval from both sides' samples."""
     return stats.unpaired_ratio(old_bench.solution.times_us, new_bench.solution.times_us)
+
+
+def speedup_ratio(old_bench: BenchRow, new_bench: BenchRow) -> tuple[stats.Interval, bool]:
+    """New speedup over eager divided by the old one, with an interval, and whether it is
+    paired on both sides.
+
+    Each side's speedup carries its 95% interval, the median of its run's per-round ratios
+    (stats.paired_ratio); the quotient's interval divides their bounds crosswise, so that their
+    half-widths add on a log scale (stats.quotient, conservative). A row recorded before the
+    paired sampler has no speedup interval: that side then takes the unpaired interval of its
+    two medians from its raw samples (stats.unpaired_ratio), wider because drift within that
+    run does not cancel, and the ratio is marked unpaired; it still gets a verdict.
+    """
+    (old_speedup, old_paired), (new_speedup, new_paired) = _speedup(old_bench), _speedup(new_bench)
+    return stats.quotient(new_speedup, old_speedup), old_paired and new_paired
+
+
+def _speedup(bench: BenchRow) -> tuple[stats.Interval, bool]:
+    """The row's speedup over eager with its interval, and whether that interval is paired."""
+    if bench.speedup:
+        return bench.speedup, True
+    return stats.unpaired_ratio(bench.reference.times_us, bench.solution.times_us), False
 
 
 def compare_runs(
@@ -157,6 +187,7 @@ def _compare_shapes(
             continue
         new_bench = new_shapes[key]
         ratio = time_ratio(old_bench, new_bench)
+        speedups, paired = speedup_ratio(old_bench, new_bench)
         result["shapes"].append(
             {
                 **_names(after),
@@ -167,6 +198,11 @@ def _compare_shapes(
                 "verdict": verdict(ratio, threshold),
                 "old_speedup": report.bench_speedup(old_bench).value,
                 "new_speedup": report.bench_speedup(new_bench).value,
+                "speedup_ratio": speedups,
+                "speedup_verdict": verdict(speedups, threshold),
+                "paired": paired,
+                "old_load": load.cell(before),
+                "new_load": load.cell(after),
             }
         )
     for key, new_bench in new_shapes.items():
@@ -175,19 +211,13 @@ def _compare_shapes(
 
 
 def render_comparison(old_spec: str, new_spec: str, threshold: float = THRESHOLD) -> str:
-    """The comparison of two specs as markdown: both sides, shapes with verdicts, and what
-    changed status or is present on one side only."""
+    """The comparison of two specs as markdown: both sides, shapes with both ratios and their
+    verdicts, and what changed status or is present on one side only."""
     old, new = select(old_spec), select(new_spec)
     result = compare_runs(old, new, threshold)
-    verdicts = [row["verdict"] for row in result["shapes"]]
-    counts = ", ".join(f"{verdicts.count(v)} {v}" for v in ("faster", "slower", "unchanged"))
     parts = [
         f"# Comparison: {old_spec} -> {new_spec}\n\n{_sides_table(old, new)}",
-        f"old/new is the old median time over the new (above 1: new is faster), with its 95% "
-        f"interval from both sides' samples. A shape is faster when the whole interval lies "
-        f"above {1 + threshold:g}, slower when it lies below 1/{1 + threshold:g}, else "
-        f"unchanged. Speedups are over eager PyTorch, each side's own;{CPU_MARK} marks a C++ "
-        f"solution timed on the CPU against the reference on the CPU.\n\n{counts}.",
+        _explanation(result["shapes"], threshold),
         "## Shapes timed on both sides\n\n" + _shapes_table(result["shapes"]),
     ]
     titles = {"status": "Status changes", "only_old": "Only in old", "only_new": "Only in new"}
@@ -195,6 +225,43 @@ def render_comparison(old_spec: str, new_spec: str, threshold: float = THRESHOLD
         if result[key]:
             parts.append(f"## {title}\n\n" + _plain_table(result[key]))
     return "\n\n".join(parts) + "\n"
+
+
+def _explanation(rows: list[dict[str, Any]], threshold: float) -> str:
+    """How to read the shapes table, the verdicts counted, and where the two ratios disagree."""
+    text = (
+        f"Time old/new is the old median time over the new; speedup new/old is the new "
+        f"speedup over eager PyTorch over the old one (each paired within its run, so a machine "
+        f"that slowed both the solution and eager alike cancels). Above 1, the new side is "
+        f"faster. Each has a 95% interval, and is faster when the whole interval lies above "
+        f"{1 + threshold:g}, slower when it lies below 1/{1 + threshold:g}, else unchanged. "
+        f"Load is the 1-minute load average over the CPU count as each solution's run began, "
+        f"and other processes on the GPU, where recorded.{CPU_MARK} marks a C++ solution timed "
+        f"on the CPU against the reference on the CPU."
+    )
+    if not all(row["paired"] for row in rows):
+        text += (
+            " * marks a speedup ratio with a side recorded before speedups were paired: that "
+            "side's interval is the unpaired one of its two medians."
+        )
+    counts = [
+        f"Time old/new: {_counted(rows, 'verdict')}.",
+        f"Speedup new/old: {_counted(rows, 'speedup_verdict')}.",
+    ]
+    split = sum(row["verdict"] != row["speedup_verdict"] for row in rows)
+    if split:
+        counts.append(
+            f"The two verdicts disagree on {split} shape(s): eager's own time moved between the "
+            "runs (the machine's load or clocks, torch, or how the harness times); README.md, "
+            "'Comparing two runs', says which to trust."
+        )
+    return text + "\n\n" + " ".join(counts)
+
+
+def _counted(rows: list[dict[str, Any]], key: str) -> str:
+    """'1 faster, 0 slower, 2 unchanged': the rows' verdicts under `key`."""
+    verdicts = [row[key] for row in rows]
+    return ", ".join(f"{verdicts.count(v)} {v}" for v in ("faster", "slower", "unchanged"))
 
 
 def _sides_table(old: Side, new: Side) -> str:
@@ -206,10 +273,11 @@ def _sides_table(old: Side, new: Side) -> str:
             ", ".join(side.commits()),
             ", ".join(side.gpus()),
             ", ".join(side.run_ids()),
+            load.side_summary(side.latest),
         ]
         for name, side in (("old", old), ("new", new))
     ]
-    headers = ["side", "spec", "folder", "commit(s)", "gpu", "run id(s)"]
+    headers = ["side", "spec", "folder", "commit(s)", "gpu", "run id(s)", "load (1 min/CPUs)"]
     return tabulate(lines, headers=headers, tablefmt="github", disable_numparse=True)
 
 
@@ -221,11 +289,13 @@ def _shapes_table(rows: list[dict[str, Any]]) -> str:
             row["shape"],
             _us(row["old_us"]),
             _us(row["new_us"]),
-            f"{row['ratio'].value:.3f}",
-            f"{row['ratio'].low:.3f} - {row['ratio'].high:.3f}",
+            _ratio_cell(row["ratio"]),
             row["verdict"],
             f"{row['old_speedup']:.2f}x",
             f"{row['new_speedup']:.2f}x",
+            _ratio_cell(row["speedup_ratio"]) + ("" if row["paired"] else "*"),
+            row["speedup_verdict"],
+            f"{row['old_load']} -> {row['new_load']}",
         ]
         for row in rows
     ]
@@ -235,13 +305,21 @@ def _shapes_table(rows: list[dict[str, Any]]) -> str:
         "shape",
         "old (us)",
         "new (us)",
-        "old/new",
-        "95% interval",
-        "verdict",
+        "time old/new [95%]",
+        "by time",
         "old speedup",
         "new speedup",
+        "speedup new/old [95%]",
+        "by speedup",
+        "load old -> new",
     ]
+    if all(row["old_load"] == row["new_load"] == "-" for row in rows):  # none recorded
+        headers, lines = headers[:-1], [line[:-1] for line in lines]
     return tabulate(lines, headers=headers, tablefmt="github", disable_numparse=True)
+
+
+def _ratio_cell(ratio: stats.Interval) -> str:
+    return f"{ratio.value:.3f} [{ratio.low:.3f}, {ratio.high:.3f}]"
 
 
 def _plain_table(rows: list[dict[str, Any]]) -> str:

@@ -15,6 +15,7 @@ from tabulate import tabulate
 
 from harness import files, status
 from harness.record import LOG_NAME, BenchRow, Ceiling, GpuState, Machine, RunRecord
+from harness.results import load
 from harness.stats import Interval
 
 NOTES_CHARS = 160  # a markdown cell longer than this is cut; the CSV keeps it whole
@@ -64,6 +65,7 @@ CSV_COLUMNS = [c for c in COLUMNS if c not in ("notes", "speedup", "vs_compile")
     "throttled_samples",
     "own_share",
     "reference_share",
+    *load.CSV_COLUMNS,
     "flags",
     "detail",
     "warnings",
@@ -109,12 +111,15 @@ def table_rows(problem_records: list[RunRecord]) -> list[dict[str, Any]]:
         if not record.benchmarks:
             rows.append({**base, "shape": "-"})
         ceiling = record.ceiling if record.device != "cpu" else None
+        busy = load.columns(record)
         for bench in record.benchmarks:
-            rows.append({**base, **_timing_columns(bench, ceiling)})
+            rows.append({**base, **_timing_columns(bench, ceiling, busy)})
     return rows
 
 
-def _timing_columns(bench: BenchRow, ceiling: Ceiling | None) -> dict[str, Any]:
+def _timing_columns(
+    bench: BenchRow, ceiling: Ceiling | None, busy: dict[str, Any] | None = None
+) -> dict[str, Any]:
     solution, reference = bench.solution, bench.reference
     speedup = bench_speedup(bench)
     columns: dict[str, Any] = {
@@ -140,6 +145,7 @@ def _timing_columns(bench: BenchRow, ceiling: Ceiling | None) -> dict[str, Any]:
     columns.update(_compile_columns(bench))
     columns.update(_state_columns(bench.state))
     columns.update(_witness_columns(bench))
+    columns.update(busy or {})  # the machine's load (harness.results.load), flagged
     columns["flags"] = "; ".join(flags(bench, columns))
     return columns
 
@@ -222,6 +228,7 @@ def flags(bench: BenchRow, columns: dict[str, Any]) -> list[str]:
     if columns.get("throttled_samples") and bench.state:
         reasons = ", ".join(bench.state.reasons)
         found.append(f"throttled: {columns['throttled_samples']} samples ({reasons})")
+    found += load.flags(columns)
     if bench.note:
         found.append(bench.note)
     if bench.compile and bench.compile.mismatch:

@@ -13,6 +13,8 @@ from typing import Any
 
 import torch
 
+from harness.measure import gpustate
+
 
 def describe(device: torch.device, repo: Path) -> dict[str, Any]:
     """GPU, driver, CUDA, torch, Python, host, commit and time: what a reader needs to trust."""
@@ -39,6 +41,37 @@ def describe(device: torch.device, repo: Path) -> dict[str, Any]:
             driver=_driver_version(),
         )
     return info
+
+
+def load(device: torch.device) -> dict[str, Any]:
+    """How busy the machine is now, for the record of the solution about to run: the 1-minute
+    load average, the host's CPU count and, on a GPU where NVML is available, how many processes
+    other than this one and its workers hold a context on it. Each is None where it cannot be
+    read."""
+    try:
+        load_1m: float | None = round(os.getloadavg()[0], 2)
+    except (AttributeError, OSError):  # not on every platform
+        load_1m = None
+    others = gpustate.other_processes(device, _ours()) if device.type == "cuda" else None
+    return {"load_1m": load_1m, "cpu_count": os.cpu_count(), "gpu_processes": others}
+
+
+def _ours() -> set[int]:
+    """This process and its descendants (its workers, and what they started), by /proc."""
+    parents: dict[int, int] = {}
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            # "pid (name) state ppid ...": the name may hold spaces and parentheses
+            parents[int(stat.parent.name)] = int(stat.read_text().rpartition(")")[2].split()[1])
+        except (OSError, ValueError, IndexError):
+            continue  # it ended, or is not ours to read
+    ours = {os.getpid()}
+    grown = True
+    while grown:
+        found = {pid for pid, parent in parents.items() if parent in ours}
+        grown = not found <= ours
+        ours |= found
+    return ours
 
 
 def slug(info: dict[str, Any]) -> str:

@@ -92,7 +92,9 @@ class Session:
         compiled: list[dict[str, Any]],
     ) -> RunRecord:
         """Run `solution` in a worker and build its record, each benchmark row with its
-        torch.compile baseline from `compiled` where one matches."""
+        torch.compile baseline from `compiled` where one matches, and the machine's load as
+        the run began."""
+        busy = machine.load(self.device)
         # The index keeps two files of the same name (from different folders) apart.
         log_name = f"{index:02d}-{source.name}--{solution.stem}.log"
         log_path = self.settings.places.log_dir / self.run_id / log_name
@@ -120,7 +122,7 @@ class Session:
             log=_shown(log_path) if log_path.exists() else None,
             cases=cases,
             settings=self.settings,
-            machine=Machine.from_dict(self.machine),
+            machine=Machine.from_dict({**self.machine, **busy}),
             status=result["status"],
             detail=result["detail"],
             checks=result["checks"],
