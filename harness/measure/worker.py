@@ -128,7 +128,8 @@ def run(job: Job, send: Send) -> dict[str, Any]:
             send("phase", phase="time")
             result["benchmarks"] = compile_baseline(problem, device, job.settings)
             return result
-        watcher = BuildWatcher(send, _cuda_unavailable(), Path(job.log_path))
+        skip = _cuda_unavailable() or _cuda_not_asked(device, job.settings)
+        watcher = BuildWatcher(send, skip, Path(job.log_path))
         watcher.install()
         profiling.profile(lambda: None, device)  # its first use rebinds some of torch's names
         snapshot = integrity.Snapshot()
@@ -187,6 +188,15 @@ def _cuda_unavailable() -> str | None:
     if find_cuda_home() is None:
         return "no CUDA toolkit found (set CUDA_HOME to the folder holding bin/nvcc)"
     return None
+
+
+def _cuda_not_asked(device: torch.device, settings: Settings) -> str | None:
+    """Why CUDA code is not compiled for a run on the CPU, unless --compile-cuda asks for it:
+    it could not run there, and its compile takes most of a CPU machine's first run."""
+    if device.type != "cpu" or settings.compile_cuda:
+        return None
+    where = "no CUDA device here" if not torch.cuda.is_available() else "the device is cpu"
+    return f"{where}, so CUDA is not compiled (--compile-cuda compiles it anyway)"
 
 
 def _load_solution(job: Job, device: torch.device, watcher: BuildWatcher) -> type:
