@@ -326,7 +326,7 @@ def render_everything(results_dir: Path) -> int:
 
 def run_all(session: Session, work: list[tuple[ProblemSource, list[Path]]]) -> int:
     from harness import record
-    from harness.results import rendering
+    from harness.results import console, rendering
     from harness.run.session import passed
 
     code = EXIT_OK
@@ -338,15 +338,12 @@ def run_all(session: Session, work: list[tuple[ProblemSource, list[Path]]]) -> i
             code = EXIT_INPUT
             continue
         table = session.folder / f"{source.name}.md"
-        print(table.read_text(encoding="utf-8"))
-        print(f"written: {table} and {table.with_suffix('.csv').name}\n")
+        print(console.compact(source.name, done, table) + "\n")
         if not all(passed(r) for r in done) and code == EXIT_OK:
             code = EXIT_FAILED
     if session.folder.joinpath(record.LOG_NAME).exists():
         written = rendering.render_summary(session.folder)
-        if len(work) > 1:  # --all ends with the summary across problems
-            print(written.read_text(encoding="utf-8"))
-        print(f"written: {written}")
+        print(f"summary across problems: {written}")
     return code
 
 

@@ -103,9 +103,15 @@ def test_a_correct_solution_exits_0_and_writes_the_tables(cli: CliRun, capsys) -
     args = ["--problem", str(TOY), "--solution", toy_solution("good"), "--max-samples", "3"]
     assert cli(*args) == run.EXIT_OK
     out = capsys.readouterr().out
-    assert "| good" in out and "| ok" in out
     folder = next((cli.root / "results").iterdir())
     assert {p.name for p in folder.iterdir()} >= {"toy.md", "toy.csv", "runs.jsonl"}
+    # The end of the run: a compact table within 100 columns, and where the full one is.
+    lines = out[out.index("toy:\n") :].splitlines()
+    assert lines[1].split()[:3] == ["solution", "shape", "status"]
+    rows = [line.split()[:3] for line in lines[3:5]]
+    assert rows == [["good", "64x33", "ok"], ["good", "256x256", "ok"]]
+    assert lines[5] == f"full table: {folder / 'toy.md'}"
+    assert max(len(line) for line in out.splitlines()) <= 100
 
 
 def test_a_second_run_keeps_what_the_first_recorded(cli: CliRun) -> None:
