@@ -30,7 +30,8 @@ def compact(problem: str, records: list[RunRecord], table: Path) -> str:
         tablefmt="simple",
         disable_numparse=True,
     )
-    room = max(WIDTH - len(without_notes.splitlines()[0]) - 2, len(HEADERS[-1]))
+    widest = max(len(row) for row in without_notes.splitlines())
+    room = max(WIDTH - widest - 2, len(HEADERS[-1]))
     for line in lines:
         line[-1] = line[-1] if len(line[-1]) <= room else line[-1][: room - 3].rstrip() + "..."
     fitted = tabulate(lines, headers=HEADERS, tablefmt="simple", disable_numparse=True).splitlines()
