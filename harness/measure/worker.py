@@ -138,10 +138,11 @@ def run(job: Job, send: Send) -> dict[str, Any]:
         device = _device_for(device, watcher)
         result["device"] = str(device)
         send("phase", phase="check")
-        result["checks"] = check_cases(problem, model_new, device, job.settings.checking)
+        counted = lambda done, total: send("progress", done=done, total=total)  # noqa: E731
+        result["checks"] = check_cases(problem, model_new, device, job.settings.checking, counted)
         snapshot.verify("during the checks")
         send("phase", phase="time")
-        result["benchmarks"] = time_benchmarks(problem, model_new, device, job.settings)
+        result["benchmarks"] = time_benchmarks(problem, model_new, device, job.settings, counted)
         snapshot.verify("during the timing")
         result["warnings"] = _own_work(job, problem, model_new, device, watcher, result)
     except Verdict as verdict:  # a row without timings: they mean nothing for a failed solution
