@@ -182,3 +182,9 @@ def test_a_cuda_solution_on_the_cpu_is_not_compiled_unless_asked(cli: CliRun) ->
     assert record["detail"].startswith("not compiled: ")
     assert "(--compile-cuda compiles it anyway)" in record["detail"]
     assert record["builds"] == [] and record["settings"]["compile_cuda"] is False
+    # Run again, unchanged: the earlier record says what it is, and no worker starts for it.
+    assert cli(*args) == run.EXIT_OK
+    again = cli.record("cuda_kernel")
+    assert again["run_id"] != record["run_id"]
+    assert (again["status"], again["detail"]) == ("no_gpu", record["detail"])
+    assert again["log"] is None and not (cli.root / "logs" / again["run_id"]).exists()

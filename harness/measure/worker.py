@@ -128,7 +128,7 @@ def run(job: Job, send: Send) -> dict[str, Any]:
             send("phase", phase="time")
             result["benchmarks"] = compile_baseline(problem, device, job.settings)
             return result
-        skip = _cuda_unavailable() or _cuda_not_asked(device, job.settings)
+        skip = _cuda_unavailable() or cuda_not_asked(device, job.settings)
         watcher = BuildWatcher(send, skip, Path(job.log_path))
         watcher.install()
         profiling.profile(lambda: None, device)  # its first use rebinds some of torch's names
@@ -191,7 +191,7 @@ def _cuda_unavailable() -> str | None:
     return None
 
 
-def _cuda_not_asked(device: torch.device, settings: Settings) -> str | None:
+def cuda_not_asked(device: torch.device, settings: Settings) -> str | None:
     """Why CUDA code is not compiled for a run on the CPU, unless --compile-cuda asks for it:
     it could not run there, and its compile takes most of a CPU machine's first run."""
     if device.type != "cpu" or settings.compile_cuda:
