@@ -9,33 +9,42 @@
 Exit status: 0 when every solution that could run here ran and was correct (a CUDA solution
 skipped for lack of a GPU is not a failure); 1 when any solution failed; 2 for bad flags;
 3 for an unknown problem or an unusable file; 130 when interrupted.
+
+`-h` imports neither torch nor pandas: the modules that need them are imported where they are
+used.
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
+import re
 import sys
+import textwrap
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from harness import loading, record, settings, status, toolchain
+from harness import settings, status
 from harness.errors import UserError
-from harness.results import comparison, rendering
-from harness.run.discovery import (
-    ProblemSource,
-    given_solutions,
-    list_problems,
-    resolve_problem,
-)
-from harness.run.session import Session, passed
 from harness.settings import REPO
+
+if TYPE_CHECKING:
+    from harness.run.discovery import ProblemSource
+    from harness.run.session import Session
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_INPUT, EXIT_INTERRUPTED = 0, 1, 2, 3, 130
 PROBLEMS_DIR = REPO / "problems"
 SOLUTIONS_DIR = REPO / "solutions"
+HELP_WIDTH = 80  # -h fits this many columns
+INDENT, STEP = " " * 17, " " * 5  # continuation lines of the statuses and of the rule's steps
 
 
 class HelpFormatter(argparse.ArgumentDefaultsHelpFormatter, argparse.RawDescriptionHelpFormatter):
-    """Shows defaults where there is one, and keeps the epilog's status table as written."""
+    """Shows defaults where there is one, keeps the examples and the epilog's tables as
+    written, and wraps the rest within HELP_WIDTH columns."""
+
+    def __init__(self, prog: str) -> None:
+        super().__init__(prog, width=HELP_WIDTH, max_help_position=28)
 
     def _get_help_string(self, action: argparse.Action) -> str | None:
         if action.default in (None, False, argparse.SUPPRESS) or action.nargs == 0:
@@ -43,10 +52,26 @@ class HelpFormatter(argparse.ArgumentDefaultsHelpFormatter, argparse.RawDescript
         return super()._get_help_string(action)
 
 
+USAGE = (
+    "run.py (--problem NAME | --all | --list | --render | --compare OLD NEW)\n"
+    + " " * 14
+    + ("[options]")
+)
 DESCRIPTION = """\
-Build each solution in its own process, check it against the reference on every declared
-case, time both with CUDA events (L2 flushed before each call) or, without a GPU, a wall
-clock, and record the results under <results-dir>/<machine>/."""
+examples:
+  python run.py --problem multilabel_margin      every solution of a problem
+  python run.py --problem smooth_l1 --solution my_kernel.py
+                                                 your file against its reference
+  python run.py --all --compile                  all, with torch.compile
+  python run.py --list                           what there is to run
+  python run.py --compare results/nvidia-h200@a000051 results/nvidia-h200
+                                                 commit a000051's run against
+                                                 the newest, shape by shape
+
+Each solution is built in its own process, checked against the reference on
+every declared case, and timed beside it: CUDA events with L2 flushed before
+each call on a GPU, a wall clock on a CPU. Results go to
+<results-dir>/<machine>/ (a table per problem, and every sample in runs.jsonl)."""
 
 
 SETTINGS_GROUPS = (  # (title, description, settings class, with the settings it holds)
@@ -60,7 +85,11 @@ SETTINGS_GROUPS = (  # (title, description, settings class, with the settings it
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(
-        prog="run.py", description=DESCRIPTION, epilog=_epilog(), formatter_class=HelpFormatter
+        prog="run.py",
+        usage=USAGE,
+        description=DESCRIPTION,
+        epilog=_epilog(),
+        formatter_class=HelpFormatter,
     )
     _add_actions(parser)
     for title, description, cls, nested in SETTINGS_GROUPS:
@@ -78,10 +107,12 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 
 
 def _epilog() -> str:
-    statuses = "\n".join(f"  {name:<14} {meaning}" for name, meaning in status.MEANING.items())
+    statuses = "\n".join(
+        _wrapped(meaning, f"  {name:<14} ", INDENT) for name, meaning in status.MEANING.items()
+    )
     return (
         f"timing rule:\n{_rule_text()}\n\nstatuses:\n{statuses}\n\nexit status: 0 every "
-        "solution that could run here was correct; 1 some failed;\n  2 bad flags; 3 unknown "
+        "solution that could run here was correct; 1 some\n  failed; 2 bad flags; 3 unknown "
         "problem or unusable file; 130 interrupted"
     )
 
@@ -113,7 +144,7 @@ def _add_actions(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--threshold",
         type=float,
-        default=comparison.THRESHOLD,
+        default=settings.COMPARE_THRESHOLD,
         help="with --compare: a change smaller than this share counts as unchanged",
     )
     parser.add_argument(
@@ -134,15 +165,25 @@ def _add_actions(parser: argparse.ArgumentParser) -> None:
 
 
 def _rule_text() -> str:
-    """The stopping rule as harness.settings.StopRule's docstring writes it."""
+    """The stopping rule as harness.settings.StopRule's docstring writes it, its fields named
+    by their flags (`warmup_ms` as --warmup-ms), each step wrapped within HELP_WIDTH."""
     paragraph = (settings.StopRule.__doc__ or "").split("\n\n", 1)[1]
-    return "\n".join("  " + line.strip() for line in paragraph.strip().splitlines())
+    for f in dataclasses.fields(settings.StopRule):
+        paragraph = paragraph.replace(f"`{f.name}`", "--" + f.name.replace("_", "-"))
+    steps = re.split(r"\n\s*(?=\d\. )", paragraph.strip())
+    return "\n".join(_wrapped(" ".join(step.split()), "  ", STEP) for step in steps)
+
+
+def _wrapped(text: str, first: str, rest: str) -> str:
+    return textwrap.fill(text, HELP_WIDTH, initial_indent=first, subsequent_indent=rest)
 
 
 def settings_for(args: argparse.Namespace) -> settings.Settings:
     """The run's settings from its flags, with the device, the build targets and the secret
     resolved here, once."""
     import torch
+
+    from harness import toolchain
 
     device = pick_device(args.device)
     on_gpu = device != "cpu"
@@ -178,6 +219,8 @@ def pick_device(requested: str | None) -> str:
 
 def chosen_problems(args: argparse.Namespace) -> list[tuple[ProblemSource, list[Path]]]:
     """The problems to run, each with the solution files to run on it."""
+    from harness.run.discovery import given_solutions, list_problems, resolve_problem
+
     if args.all:
         sources = [
             resolve_problem(n, PROBLEMS_DIR, SOLUTIONS_DIR) for n in list_problems(PROBLEMS_DIR)
@@ -197,14 +240,17 @@ def chosen_problems(args: argparse.Namespace) -> list[tuple[ProblemSource, list[
 
 
 def list_everything() -> int:
+    from tabulate import tabulate
+
+    from harness import loading
+    from harness.run.discovery import list_problems, resolve_problem
+
     rows = []
     for name in list_problems(PROBLEMS_DIR):
         source = resolve_problem(name, PROBLEMS_DIR, SOLUTIONS_DIR)
         problem = loading.load_problem(name, source.reference)
         solutions = ", ".join(p.stem for p in source.solutions) or "(none)"
         rows.append((name, len(problem.cases), len(problem.benchmarks), solutions))
-    from tabulate import tabulate
-
     print(tabulate(rows, headers=["problem", "cases", "benchmarks", "solutions"]))
     return EXIT_OK
 
@@ -217,12 +263,16 @@ def main(argv: list[str] | None = None) -> int:
         if args.render:
             return render_everything(args.results_dir)
         if args.compare:
+            from harness.results import comparison
+
             old, new = args.compare
             print(comparison.render_comparison(old, new, threshold=args.threshold))
             return EXIT_OK
         if args.audit_only:
             return audit_problems(args)
         work = chosen_problems(args)
+        from harness.run.session import Session
+
         session = Session(settings_for(args))
         return run_all(session, work)
     except UserError as err:
@@ -239,6 +289,7 @@ def audit_problems(args: argparse.Namespace) -> int:
 
     from harness.loading import load_problem
     from harness.run import audit
+    from harness.run.discovery import list_problems, resolve_problem
 
     names = list_problems(PROBLEMS_DIR) if args.all else [args.problem]
     device = torch.device(pick_device(args.device))
@@ -261,6 +312,9 @@ def audit_problems(args: argparse.Namespace) -> int:
 
 def render_everything(results_dir: Path) -> int:
     """Re-render every table, chart and summary from the run logs under `results_dir`."""
+    from harness import record
+    from harness.results import rendering
+
     folders = sorted(p.parent for p in results_dir.glob(f"*/{record.LOG_NAME}"))
     if not folders:
         raise UserError(f"no recorded runs under {results_dir} (no */{record.LOG_NAME})")
@@ -271,6 +325,10 @@ def render_everything(results_dir: Path) -> int:
 
 
 def run_all(session: Session, work: list[tuple[ProblemSource, list[Path]]]) -> int:
+    from harness import record
+    from harness.results import console, rendering
+    from harness.run.session import passed
+
     code = EXIT_OK
     for source, solutions in work:
         try:
@@ -280,15 +338,12 @@ def run_all(session: Session, work: list[tuple[ProblemSource, list[Path]]]) -> i
             code = EXIT_INPUT
             continue
         table = session.folder / f"{source.name}.md"
-        print(table.read_text(encoding="utf-8"))
-        print(f"written: {table} and {table.with_suffix('.csv').name}\n")
+        print(console.compact(source.name, done, table) + "\n")
         if not all(passed(r) for r in done) and code == EXIT_OK:
             code = EXIT_FAILED
     if session.folder.joinpath(record.LOG_NAME).exists():
         written = rendering.render_summary(session.folder)
-        if len(work) > 1:  # --all ends with the summary across problems
-            print(written.read_text(encoding="utf-8"))
-        print(f"written: {written}")
+        print(f"summary across problems: {written}")
     return code
 
 

@@ -42,6 +42,7 @@ Shared by all three, importing no wing:
     loading    import a reference and read its optional extras (tolerances, cases, benchmarks)
     inputs     seeded inputs (one seed plan), copied with their exact layout to each side
     matching   whether two outputs match, and the one tolerance rule
+    tolerance  the tolerance a run may set, importable without torch (for run.py -h)
     accuracy   the accuracy rule: errors against the reference run in float64, and its own
     stats      intervals for medians and speedups, relative standard error, geometric mean
     toolchain  CUDA_HOME, target architectures, per-solution build folders

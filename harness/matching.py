@@ -11,13 +11,13 @@ of harness.accuracy: an error against the exact answer within a multiple of the 
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import Any
 
 import torch
 
 from harness import accuracy
 from harness.loading import Case, Problem
+from harness.tolerance import Tolerance
 
 # Default tolerances by output dtype, used when neither the problem nor the case gives one.
 DEFAULT_TOLERANCE = {
@@ -28,34 +28,6 @@ DEFAULT_TOLERANCE = {
 }
 FALLBACK_TOLERANCE = (1e-4, 1e-4)
 SHOWN_ELEMENTS = 5  # how many mismatching elements a report names
-
-
-@dataclass(frozen=True)
-class Tolerance:
-    """How far a floating-point output may stray: |actual - expected| <= atol + rtol * |expected|.
-
-    A field left None takes the output dtype's default (DEFAULT_TOLERANCE); integer and bool
-    outputs are always compared exactly.
-    """
-
-    atol: float | None = None
-    rtol: float | None = None
-
-    def for_dtype(self, dtype: torch.dtype) -> tuple[float, float]:
-        """(atol, rtol) as applied to a floating-point tensor of `dtype`."""
-        default_atol, default_rtol = DEFAULT_TOLERANCE.get(dtype, FALLBACK_TOLERANCE)
-        atol = default_atol if self.atol is None else self.atol
-        rtol = default_rtol if self.rtol is None else self.rtol
-        return atol, rtol
-
-    def describe(self, output: Any) -> str:
-        """The tolerance applied to `output`'s first floating-point tensor or number."""
-        for leaf in leaves(output):
-            x = leaf if isinstance(leaf, torch.Tensor) else torch.tensor(leaf)
-            if x.is_floating_point() or x.is_complex():
-                atol, rtol = self.for_dtype(x.dtype.to_real() if x.is_complex() else x.dtype)
-                return f"atol={atol:g} rtol={rtol:g}"
-        return "exact equality"
 
 
 def tolerance(problem: Problem, case: Case, override: Tolerance) -> Tolerance:
@@ -70,6 +42,16 @@ def tolerance(problem: Problem, case: Case, override: Tolerance) -> Tolerance:
 
 def _first_set(*values: float | None) -> float | None:
     return next((v for v in values if v is not None), None)
+
+
+def describe_tolerance(tolerance: Tolerance, output: Any) -> str:
+    """The tolerance applied to `output`'s first floating-point tensor or number."""
+    for leaf in leaves(output):
+        x = leaf if isinstance(leaf, torch.Tensor) else torch.tensor(leaf)
+        if x.is_floating_point() or x.is_complex():
+            atol, rtol = tolerance.for_dtype(x.dtype.to_real() if x.is_complex() else x.dtype)
+            return f"atol={atol:g} rtol={rtol:g}"
+    return "exact equality"
 
 
 def leaves(output: Any) -> list[Any]:

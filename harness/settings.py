@@ -16,10 +16,11 @@ from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
-from harness.matching import Tolerance
+from harness.tolerance import Tolerance
 
 REPO = Path(__file__).resolve().parent.parent
 FLUSHES = ("read", "write")
+COMPARE_THRESHOLD = 0.02  # run.py --compare: a change smaller than this share is "unchanged"
 
 
 def option(default: Any, help: str, resolved: bool = False, **flag: Any) -> Any:
@@ -75,7 +76,7 @@ class Checking:
         "the public seeds alone)",
         resolved=True,
     )
-    tolerance: Tolerance = Tolerance()
+    tolerance: Tolerance = Tolerance()  # noqa: RUF009 (frozen: one shared default is safe)
 
     def __post_init__(self) -> None:
         if self.trials < 1:
@@ -84,7 +85,7 @@ class Checking:
             raise ValueError("--secret must be 0 or a positive integer")
 
 
-TOLERANCE_FLAGS = {  # Tolerance lives in harness.matching, which knows nothing of flags
+TOLERANCE_FLAGS = {  # Tolerance lives in harness.tolerance, which knows nothing of flags
     "atol": "absolute tolerance, overriding the case's and the problem's",
     "rtol": "relative tolerance, overriding the case's and the problem's",
 }
@@ -180,6 +181,12 @@ class Settings:
         "run a problem even when its audit rejects it",
         flag="--no-audit",
         action="store_false",
+    )
+    compile_cuda: bool = option(
+        False,
+        "on the CPU, compile CUDA solutions anyway, to check that they build (they cannot run "
+        "there; CI does this)",
+        action="store_true",
     )
     ncu: bool = option(
         False,

@@ -55,7 +55,7 @@ EXPECTED = {
     "right_only_when_checked": ("incorrect", None, "benchmark 'default', timed call"),
     "precomputes_timed_calls": ("incorrect", None, "benchmark 'default', timed call"),
     # ... a decoy kernel (on a GPU: rejected, see test_gpu) ...
-    "decoy_kernel": ("no_gpu", None, "compiled"),
+    "decoy_kernel": ("no_gpu", None, "not compiled: no CUDA device here"),
     # ... shadowing modules, and names hidden from the static scan.
     "plants_modules": ("rejected", "planted_module", "torch.py"),
     "hides_names": ("rejected", "timer_replaced", "time.perf_counter was replaced"),

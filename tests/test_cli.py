@@ -1,12 +1,14 @@
 """The command line: what it accepts, what it refuses in one line, and its exit codes."""
 
 import os
+import subprocess
+import sys
 
 import pytest
 import torch
 
 import run
-from tests.conftest import TOY, CliRun, toy_solution
+from tests.conftest import REPO, TOY, CliRun, toy_solution
 
 
 def test_help_documents_every_flag_and_the_statuses(capsys) -> None:
@@ -102,9 +104,15 @@ def test_a_correct_solution_exits_0_and_writes_the_tables(cli: CliRun, capsys) -
     args = ["--problem", str(TOY), "--solution", toy_solution("good"), "--max-samples", "3"]
     assert cli(*args) == run.EXIT_OK
     out = capsys.readouterr().out
-    assert "| good" in out and "| ok" in out
     folder = next((cli.root / "results").iterdir())
     assert {p.name for p in folder.iterdir()} >= {"toy.md", "toy.csv", "runs.jsonl"}
+    # The end of the run: a compact table within 100 columns, and where the full one is.
+    lines = out[out.index("toy:\n") :].splitlines()
+    assert lines[1].split()[:3] == ["solution", "shape", "status"]
+    rows = [line.split()[:3] for line in lines[3:5]]
+    assert rows == [["good", "64x33", "ok"], ["good", "256x256", "ok"]]
+    assert lines[5] == f"full table: {folder / 'toy.md'}"
+    assert max(len(line) for line in lines[:5]) <= 100
 
 
 def test_a_second_run_keeps_what_the_first_recorded(cli: CliRun) -> None:
@@ -147,3 +155,40 @@ def test_render_and_compare_read_only_the_recorded_files(cli: CliRun, capsys) ->
     assert "unchanged" in capsys.readouterr().out
     assert run.main(["--compare", str(folder), f"{folder}@nosuchrun"]) == run.EXIT_INPUT
     assert "nosuchrun" in capsys.readouterr().err
+
+
+def test_help_needs_no_torch_fits_80_columns_and_starts_with_examples() -> None:
+    probe = (
+        "import runpy, sys\n"
+        "sys.argv = ['run.py', '-h']\n"
+        "try:\n    runpy.run_path('run.py', run_name='__main__')\n"
+        "except SystemExit:\n    pass\n"
+        "print('imported:', sorted(m for m in ('torch', 'pandas', 'numpy') if m in sys.modules))"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", probe], cwd=REPO, capture_output=True, text=True, check=True
+    )
+    lines = done.stdout.splitlines()
+    assert lines[-1] == "imported: []"
+    assert max(len(line) for line in lines) <= run.HELP_WIDTH
+    assert lines[0].startswith("usage: run.py (--problem NAME | --all")
+    assert "examples:" in lines[:4] and "  python run.py --problem multilabel_margin" in lines[4]
+    text = "\n".join(lines)
+    # The timing rule names the flags that set it, not the fields behind them.
+    assert "--warmup-ms of wall time" in text and "`warmup_ms`" not in text
+
+
+def test_a_cuda_solution_on_the_cpu_is_not_compiled_unless_asked(cli: CliRun) -> None:
+    args = ["--problem", str(TOY), "--solution", toy_solution("cuda_kernel"), "--device", "cpu"]
+    assert cli(*args) == run.EXIT_OK  # no_gpu is no failure
+    record = cli.record("cuda_kernel")
+    assert record["status"] == "no_gpu"
+    assert record["detail"].startswith("not compiled: ")
+    assert "(--compile-cuda compiles it anyway)" in record["detail"]
+    assert record["builds"] == [] and record["settings"]["compile_cuda"] is False
+    # Run again, unchanged: the earlier record says what it is, and no worker starts for it.
+    assert cli(*args) == run.EXIT_OK
+    again = cli.record("cuda_kernel")
+    assert again["run_id"] != record["run_id"]
+    assert (again["status"], again["detail"]) == ("no_gpu", record["detail"])
+    assert again["log"] is None and not (cli.root / "logs" / again["run_id"]).exists()

@@ -33,7 +33,14 @@ from harness.inputs import Seeds, make_inputs, replicate_all
 from harness.loading import Case, Problem
 from harness.matching import mismatch, tolerance
 from harness.measure import anticheat, feeding, gpustate, roofline, timing
-from harness.measure.checking import Verdict, build_models, check_once, describe_error, guard
+from harness.measure.checking import (
+    Counted,
+    Verdict,
+    build_models,
+    check_once,
+    describe_error,
+    guard,
+)
 from harness.settings import Settings
 
 LAUNCH_BOUND_FACTOR = 3.0  # a median under this many floors is mostly launch cost
@@ -48,9 +55,14 @@ SEEN_BATCH_US = 5000.0  # ... of about this long each (at least 3 calls, at most
 
 
 def time_benchmarks(
-    problem: Problem, model_new: type, device: torch.device, settings: Settings
+    problem: Problem,
+    model_new: type,
+    device: torch.device,
+    settings: Settings,
+    counted: Counted | None = None,
 ) -> list[dict[str, Any]]:
-    """One row per benchmark of `problem` (see the module doc)."""
+    """One row per benchmark of `problem` (see the module doc); `counted` hears (done, total)
+    after each."""
     timer = _timer(device, settings)
     rule = settings.timing.rule
     floor = timing.floor_us(timer, device, rule) if device.type == "cuda" else None
@@ -77,6 +89,8 @@ def time_benchmarks(
             floor and row["mode"] == "cuda_events" and solution_us < LAUNCH_BOUND_FACTOR * floor
         )
         rows.append(row)
+        if counted:
+            counted(len(rows), len(problem.benchmarks))
     return rows
 
 

@@ -36,17 +36,25 @@ from harness.matching import DTYPE_DEFAULT, Tolerance, mismatch, tolerance
 from harness.measure import anticheat
 from harness.settings import Checking
 
-__all__ = ["Verdict", "build_models", "check_cases", "check_once"]
+__all__ = ["Counted", "Verdict", "build_models", "check_cases", "check_once"]
 
 HELD = (
     "a tensor the harness held (its copies of the inputs, the expected output, or the first "
     "call's output: return a new tensor from each call)"
 )
 
+Counted = Callable[[int, int], None]  # (done, total): how far a step has come
 
-def check_cases(problem: Problem, model_new: type, device: torch.device, checking: Checking) -> int:
+
+def check_cases(
+    problem: Problem,
+    model_new: type,
+    device: torch.device,
+    checking: Checking,
+    counted: Counted | None = None,
+) -> int:
     """Check every case `checking.trials` times with fresh inputs (harness.inputs.Seeds);
-    return the number of checks made."""
+    return the number of checks made. `counted` hears (done, total) after each check."""
     seeds = Seeds.of(checking)
     checks = 0
     for index, case in enumerate(problem.cases):
@@ -60,6 +68,8 @@ def check_cases(problem: Problem, model_new: type, device: torch.device, checkin
             if verdict:
                 raise Verdict(status.INCORRECT, f"case {case.name!r}, seed {trial_seed}: {verdict}")
             checks += 1
+            if counted:
+                counted(checks, len(problem.cases) * checking.trials)
     return checks
 
 

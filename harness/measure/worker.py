@@ -128,7 +128,8 @@ def run(job: Job, send: Send) -> dict[str, Any]:
             send("phase", phase="time")
             result["benchmarks"] = compile_baseline(problem, device, job.settings)
             return result
-        watcher = BuildWatcher(send, _cuda_unavailable(), Path(job.log_path))
+        skip = _cuda_unavailable() or cuda_not_asked(device, job.settings)
+        watcher = BuildWatcher(send, skip, Path(job.log_path))
         watcher.install()
         profiling.profile(lambda: None, device)  # its first use rebinds some of torch's names
         snapshot = integrity.Snapshot()
@@ -137,10 +138,11 @@ def run(job: Job, send: Send) -> dict[str, Any]:
         device = _device_for(device, watcher)
         result["device"] = str(device)
         send("phase", phase="check")
-        result["checks"] = check_cases(problem, model_new, device, job.settings.checking)
+        counted = lambda done, total: send("progress", done=done, total=total)  # noqa: E731
+        result["checks"] = check_cases(problem, model_new, device, job.settings.checking, counted)
         snapshot.verify("during the checks")
         send("phase", phase="time")
-        result["benchmarks"] = time_benchmarks(problem, model_new, device, job.settings)
+        result["benchmarks"] = time_benchmarks(problem, model_new, device, job.settings, counted)
         snapshot.verify("during the timing")
         result["warnings"] = _own_work(job, problem, model_new, device, watcher, result)
     except Verdict as verdict:  # a row without timings: they mean nothing for a failed solution
@@ -187,6 +189,15 @@ def _cuda_unavailable() -> str | None:
     if find_cuda_home() is None:
         return "no CUDA toolkit found (set CUDA_HOME to the folder holding bin/nvcc)"
     return None
+
+
+def cuda_not_asked(device: torch.device, settings: Settings) -> str | None:
+    """Why CUDA code is not compiled for a run on the CPU, unless --compile-cuda asks for it:
+    it could not run there, and its compile takes most of a CPU machine's first run."""
+    if device.type != "cpu" or settings.compile_cuda:
+        return None
+    where = "no CUDA device here" if not torch.cuda.is_available() else "the device is cpu"
+    return f"{where}, so CUDA is not compiled (--compile-cuda compiles it anyway)"
 
 
 def _load_solution(job: Job, device: torch.device, watcher: BuildWatcher) -> type:

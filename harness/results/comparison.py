@@ -23,13 +23,13 @@ from typing import Any
 
 from tabulate import tabulate
 
-from harness import record, stats
+from harness import record, settings, stats
 from harness.errors import UserError
 from harness.record import BenchRow, RunRecord
 from harness.results import load, report
 from harness.results.summary import CPU_MARK, latest_records, ran_on_cpu_beside_gpu
 
-THRESHOLD = 0.02  # a change smaller than 2% is "unchanged" even when the interval is tight
+THRESHOLD = settings.COMPARE_THRESHOLD  # smaller is "unchanged", even with a tight interval
 SHOWN_CHOICES = 5  # how many run ids and commits an error message names
 
 

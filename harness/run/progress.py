@@ -1,7 +1,8 @@
-"""Tell the user what a long step is doing and for how long, on stderr.
+"""Tell the user what a long step is doing, how far it has come and for how long, on stderr.
 
-On a terminal the current line is redrawn once a second; in a log or CI (not a terminal) a line
-is printed when a step starts and every `QUIET_S` seconds while it lasts.
+On a terminal the current line is redrawn once a second, and the checks and the timed shapes
+show as a progress bar (tqdm); in a log or CI (not a terminal) a line is printed when a step
+starts and every `QUIET_S` seconds while it lasts, with the count done ("checking 7/15").
 """
 
 from __future__ import annotations
@@ -9,6 +10,8 @@ from __future__ import annotations
 import sys
 import time
 from typing import Any, TextIO
+
+from tqdm import tqdm
 
 QUIET_S = 30.0  # without a terminal, how often a long step says it is still going
 REDRAW_S = 1.0
@@ -22,12 +25,14 @@ PHASE_WORDS = {
 
 
 class Progress:
-    def __init__(self, stream: TextIO = sys.stderr) -> None:
-        self.stream = stream
-        self.live = stream.isatty()
+    def __init__(self, stream: TextIO | None = None) -> None:
+        self.stream = stream or sys.stderr  # looked up now: tests replace sys.stderr
+        self.live = self.stream.isatty()
         self.prefix = ""
         self.doing = ""
+        self.count = ""  # "7/15" once the step counts what it does
         self.last_shown = 0.0
+        self.bar: tqdm | None = None
 
     def start(self, index: int, total: int, label: str) -> None:
         self.prefix = f"[{index}/{total}] {label}" if total else label
@@ -37,18 +42,40 @@ class Progress:
     def event(self, event: dict[str, Any]) -> None:
         kind = event.get("kind")
         if kind == "phase":  # on a terminal at once; in a log only if the step lasts
-            self.doing = PHASE_WORDS.get(event["phase"], event["phase"])
+            self._close_bar()
+            self.doing, self.count = PHASE_WORDS.get(event["phase"], event["phase"]), ""
             self._show(self.doing, 0.0, force=self.live)
+        elif kind == "progress":
+            self._count(event["done"], event["total"])
         elif kind == "build_start":
             language = "CUDA" if event.get("cuda") else "C++"
             self._show(f"building {language} extension {event.get('name')}", 0.0, force=True)
         elif kind == "build_end":
             self._line(f"{self.prefix}: built {event.get('name')} in {event['seconds']:.1f} s")
-        elif kind == "tick":
+        elif kind == "tick" and self.bar is None:
             self._show(self.doing, event["elapsed"])
 
     def finish(self, summary: str) -> None:
+        self._close_bar()
         self._line(f"{self.prefix}: {summary}")
+
+    def _count(self, done: int, total: int) -> None:
+        """A step's count: the bar on a terminal, else part of the step's periodic line."""
+        self.count = f"{done}/{total}"
+        if not self.live:
+            return
+        if self.bar is None or self.bar.total != total:
+            self._close_bar()
+            self.stream.write("\r\x1b[2K")
+            self.bar = tqdm(
+                total=total, desc=f"{self.prefix}: {self.doing}", file=self.stream, leave=False
+            )
+        self.bar.update(done - self.bar.n)
+
+    def _close_bar(self) -> None:
+        if self.bar is not None:
+            self.bar.close()
+            self.bar = None
 
     def note(self, text: str) -> None:
         self._line(text)
@@ -58,8 +85,9 @@ class Progress:
         interval = REDRAW_S if self.live else QUIET_S
         if not force and now - self.last_shown < interval:
             return
+        count = f" {self.count}" if self.count and doing == self.doing else ""
         self.doing, self.last_shown = doing, now
-        text = f"{self.prefix}: {doing}" + (f" ... {elapsed:.0f} s" if elapsed >= 1 else "")
+        text = f"{self.prefix}: {doing}{count}" + (f" ... {elapsed:.0f} s" if elapsed >= 1 else "")
         if self.live:
             self.stream.write(f"\r\x1b[2K{text}")
             self.stream.flush()
