@@ -296,14 +296,19 @@ def _format(column: str, value: Any) -> str:
     if value is None or (isinstance(value, float) and pd.isna(value)):
         return ""
     if column in ("median_us", "ref_median_us"):
-        return f"{value:.2f}" if value < 10 else f"{value:.1f}" if value < 1000 else f"{value:,.0f}"
+        return format_us(value)
     if column == "iqr_pct":
         return f"{value:.1f}%"
-    if column == "gbps":
-        return f"{value:,.0f}"
+    if column == "gbps":  # 3 significant digits below 100: a CPU row's 0.4 GB/s is not '0'
+        return f"{value:.3g}" if value < 100 else f"{value:,.0f}"
     if column == "ceiling_pct":
         return f"{value:.0f}%" + (" (!)" if value > 100 else "")
     return str(value)
+
+
+def format_us(value: float) -> str:
+    """A time in microseconds as the tables show it: '9.70', '71.1', '14,569'."""
+    return f"{value:.2f}" if value < 10 else f"{value:.1f}" if value < 1000 else f"{value:,.0f}"
 
 
 def _ratio_cell(row: dict[str, Any], column: str) -> str:

@@ -204,9 +204,9 @@ def summary(ran: RunRecord) -> str:
         sol, ref = bench.solution.median_us, bench.reference.median_us
         speedup = report.bench_speedup(bench)
         line += (
-            f"; {report.bench_label(bench)}: {sol:.3g} us vs {ref:.3g} us "
-            f"({speedup.value:.2f}x [{speedup.low:.2f}, {speedup.high:.2f}], "
-            f"n={bench.solution.count})"
+            f"; {report.bench_label(bench)}: solution {report.format_us(sol)} us vs eager "
+            f"{report.format_us(ref)} us ({speedup.value:.2f}x [{speedup.low:.2f}, "
+            f"{speedup.high:.2f}], n={bench.solution.count})"
         )
     if ran.detail:
         line += f": {ran.detail}"
