@@ -15,6 +15,7 @@ run/       the parent process, one per run.py: finds the work and drives it
 measure/   the worker process, one per solution: builds, checks and times it
     worker     load, check and time one solution (the worker's entry point)
     builds     watch the extension builds a solution makes
+    sourcemap  point a compiler error in load_inline's generated files at the solution's .py
     checking   build Model and ModelNew alike and check every case
     anticheat  the rules each inspected call must keep (inputs, aliasing, late work, poison)
     feeding    fresh inputs for every timed call, and spot checks of timed outputs

@@ -209,8 +209,9 @@ class Errors:
         if not bool((ratio >= 0).any()):
             return ""
         at = tuple(int(i) for i in torch.unravel_index(ratio.argmax(), ratio.shape))
+        place = f" at {list(at)}" if at else ""  # a scalar has no position to name
         return (
-            f"; against float64 at {list(at)}: the solution's error "
+            f"; against float64{place}: the solution's error "
             f"{self.solution[at].item():.3g}, the reference's own {self.reference[at].item():.3g} "
             f"(typically {self.typical:.3g})"
         )

@@ -164,28 +164,43 @@ def _report(
     tolerance: str,
     errors: accuracy.Errors | None = None,
 ) -> str:
+    text = _error_sizes(expected, actual, bad)
+    if errors is not None:
+        text += errors.describe(bad)
+    if expected.dim() == 0:  # a position would read `[]`: name the scalar instead
+        values = f"expected {expected.item():.6g} got {actual.item():.6g}"
+        return f"{where}: the scalar output: {values}{text}; tolerance {tolerance}"
     count, total = int(bad.sum()), bad.numel()
     positions = bad.nonzero()[:SHOWN_ELEMENTS].tolist()
     shown = "; ".join(
         f"{list(p)} expected {expected[tuple(p)].item():.6g} got {actual[tuple(p)].item():.6g}"
         for p in positions
     )
-    finite = (
-        torch.isfinite(expected) & torch.isfinite(actual) if expected.is_floating_point() else bad
-    )
-    text = ""
-    if finite.any():
-        e = expected[finite].to(torch.float64)
-        a = actual[finite].to(torch.float64)
-        diff = (a - e).abs()
-        relative = diff / e.abs().clamp_min(torch.finfo(torch.float64).tiny)
-        text = f"; max abs err {diff.max().item():.3g}, max rel err {relative.max().item():.3g}"
-    nonfinite = int((bad & ~finite).sum()) if expected.is_floating_point() else 0
-    if nonfinite:
-        text += f"; {nonfinite} differ in NaN/inf"
-    if errors is not None:
-        text += errors.describe(bad)
     return (
         f"{where}: {count} of {total} elements differ ({100 * count / total:.3g}%); "
         f"first: {shown}{text}; tolerance {tolerance}"
     )
+
+
+def _error_sizes(expected: torch.Tensor, actual: torch.Tensor, bad: torch.Tensor) -> str:
+    """The largest absolute and relative errors over the finite elements, and how many differ
+    in NaN or infinity. The relative error is taken only where the expected value is not zero
+    (it has no meaning there, and dividing by a floor only made a huge number); it is left out
+    when every expected value is zero."""
+    if not expected.is_floating_point():
+        finite = bad
+    else:
+        finite = torch.isfinite(expected) & torch.isfinite(actual)
+    text = ""
+    if finite.any():
+        e = expected[finite].to(torch.float64)
+        diff = (actual[finite].to(torch.float64) - e).abs()
+        text = f"; max abs err {diff.max().item():.3g}"
+        nonzero = e != 0
+        if nonzero.any():
+            relative = diff[nonzero] / e[nonzero].abs()
+            text += f", max rel err {relative.max().item():.3g}"
+    nonfinite = int((bad & ~finite).sum()) if expected.is_floating_point() else 0
+    if nonfinite:
+        text += f"; {nonfinite} differ in NaN/inf"
+    return text

@@ -172,6 +172,7 @@ class Build(_Flat):
     name: str
     cuda: bool
     seconds: float | None = None
+    cached: bool = False  # loaded from the build cache, nothing compiled
 
 
 @dataclass(frozen=True)

@@ -29,6 +29,7 @@ def test_cpp_solution_builds_checks_times_and_is_cached(cli: CliRun) -> None:
     text = next((cli.root / "logs" / second["run_id"]).glob("*.log")).read_text()
     assert "ninja: no work to do." in text
     assert second["build_s"] < 10
+    assert second["builds"][0]["cached"] is True  # said as much, and no build claimed
 
 
 def test_compile_error_is_a_row_with_the_compilers_first_error(cli: CliRun) -> None:
@@ -37,6 +38,8 @@ def test_compile_error_is_a_row_with_the_compilers_first_error(cli: CliRun) -> N
     record = cli.record("cpp_compile_error")
     assert record["status"] == "compile_error"
     assert record["detail"].startswith("main.cpp:")
+    # main.cpp's line holds the source string's line 3, which is the .py's line 8
+    assert " (cpp_compile_error.py line 8): error:" in record["detail"]
     assert "'undefined_name' was not declared" in record["detail"].replace("‘", "'").replace(
         "’", "'"
     )

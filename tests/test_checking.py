@@ -38,6 +38,21 @@ def test_raising_or_nan_is_a_refusal(model: Any) -> None:
     assert check_refused(model, INPUTS, CPU, "case 'bad'") is None
 
 
+def test_an_expected_refusal_is_one_line_in_the_log_an_unexpected_error_a_traceback(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    assert check_refused(Raises(), INPUTS, CPU, "case 'bad'") is None
+    logged = capsys.readouterr()
+    assert (
+        logged.out
+        == "case 'bad': refused, as it should: ValueError: label 9 is out of range [-1, 3)\n"
+    )
+    assert "Traceback" not in logged.err
+    with pytest.raises(Verdict):
+        checking.guard(status.RUNTIME_ERROR, "case 'good'", checking.call, Raises(), INPUTS, CPU)
+    assert "Traceback" in capsys.readouterr().err
+
+
 def test_a_finite_answer_to_invalid_input_is_incorrect() -> None:
     report = check_refused(ReturnsFinite(), INPUTS, CPU, "case 'bad'")
     assert report is not None and "returned finite values for invalid input" in report

@@ -3,6 +3,7 @@
 import os
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 import torch
@@ -53,6 +54,16 @@ def test_solution_without_model_new_is_refused_before_any_build(cli: CliRun, cap
     err = capsys.readouterr().err.strip()
     assert "defines no ModelNew at top level (it defines: ModelNw)" in err
     assert not (cli.root / "results").exists()  # nothing ran, nothing recorded
+
+
+def test_a_text_file_as_solution_is_refused_as_not_python(
+    cli: CliRun, capsys, tmp_path: Path
+) -> None:
+    notes = tmp_path / "notes.txt"
+    notes.write_text("a kernel idea\n")
+    assert cli("--problem", str(TOY), "--solution", str(notes)) == run.EXIT_INPUT
+    err = capsys.readouterr().err
+    assert "notes.txt is not a Python file" in err and "defines no ModelNew" not in err
 
 
 def test_solution_with_a_syntax_error_is_refused(cli: CliRun, capsys) -> None:

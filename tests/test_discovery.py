@@ -99,3 +99,12 @@ def test_syntax_error_is_reported_with_its_line(tmp_path: Path) -> None:
     path.write_text("x = 1\nclass ModelNew(\n")
     reason = missing_model_new(path)
     assert reason is not None and reason.startswith("s.py: syntax error on line 2")
+
+
+@pytest.mark.parametrize("name", ["notes.txt", "kernel.cu", "solution"])
+def test_a_file_that_is_not_python_is_named_as_such(tmp_path: Path, name: str) -> None:
+    path = tmp_path / name
+    path.write_text("class ModelNew:\n    pass\n")  # even a Python text: it cannot be imported
+    assert missing_model_new(path) == (
+        f"{name} is not a Python file: a solution is a .py file defining ModelNew"
+    )

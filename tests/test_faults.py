@@ -245,6 +245,19 @@ def test_garbage_printed_by_a_solution_lands_in_its_log_not_in_its_verdict(
     assert "result: incorrect: " in text  # the worker's own line, after the fakes
 
 
+def test_a_cpu_runs_logs_hold_no_profiler_noise_and_no_traceback_for_a_verdict(
+    faulty_run: tuple[int, CliRun],
+) -> None:
+    """The profiler's library logs 'gpuGetDeviceCount failed' on a machine without a driver,
+    which is no fault of the run's; an expected verdict (incorrect) is one line, no traceback."""
+    cli = faulty_run[1]
+    for solution in ("good", "wrong_shape", "returns_dict"):
+        text = log_of(cli.record(solution)).read_text()
+        assert "gpuGetDeviceCount" not in text, solution
+        if solution != "good":
+            assert "Traceback" not in text and "result: incorrect: " in text, solution
+
+
 @pytest.mark.gpu
 def test_running_out_of_gpu_memory_is_a_runtime_error_and_the_next_solution_runs(
     tmp_path: Path,

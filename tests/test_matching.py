@@ -28,6 +28,26 @@ def test_mismatch_report_names_count_indices_errors_and_tolerance() -> None:
     assert "tolerance atol=0.001 rtol=0.001" in report
 
 
+def test_a_scalar_output_is_named_as_such_not_by_an_empty_position() -> None:
+    report = mismatch(torch.tensor(1.5), torch.tensor(2.0))
+    assert report is not None
+    assert report.startswith("output: the scalar output: expected 1.5 got 2; max abs err 0.5")
+    assert "[]" not in report and "elements differ" not in report
+    number = mismatch(2.0, 2.5)
+    assert number is not None and "the scalar output: expected 2 got 2.5" in number
+
+
+def test_relative_error_leaves_out_zero_expected_values() -> None:
+    # Dividing by zero (or a tiny floor) gave `max rel err 4.49e+307`: a zero expected value
+    # has no relative error, so it is taken over the non-zero ones only.
+    expected = torch.tensor([0.0, 2.0, 0.0, 4.0])
+    actual = torch.tensor([0.5, 3.0, 0.0, 4.0])
+    report = mismatch(expected, actual, Tolerance(atol=1e-3, rtol=1e-3))
+    assert report is not None and "max abs err 1, max rel err 0.5;" in report
+    all_zero = mismatch(torch.zeros(3), torch.tensor([0.0, 1.0, 0.0]))
+    assert all_zero is not None and "max abs err 1;" in all_zero and "rel err" not in all_zero
+
+
 def test_tuple_outputs_report_the_failing_item() -> None:
     a, b = torch.ones(3), torch.ones(3)
     report = mismatch((a, b), (a.clone(), b + 1))

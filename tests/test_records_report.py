@@ -189,3 +189,27 @@ def test_a_side_that_waits_for_the_device_is_flagged_in_the_row() -> None:
     assert "reference synchronizes" not in flagged["flags"]
     (plain,) = report.table_rows([run("plain", benchmarks=[row])])
     assert "synchronizes" not in plain["flags"]
+
+
+def test_a_progress_line_labels_both_sides_and_formats_times_as_the_table() -> None:
+    from harness.run.session import summary
+
+    line = summary(run("fast", benchmarks=[timed(20000.0, 24600.0), timed(9.7, 20.4, "small")]))
+    assert "512x1024: solution 20,000 us vs eager 24,600 us (1.23x" in line
+    assert "small: solution 9.70 us vs eager 20.4 us (2.10x" in line
+    assert "e+" not in line
+
+
+def test_a_small_bandwidth_is_shown_with_its_digits_not_as_zero() -> None:
+    # A CPU-timed row moves well under 1 GB/s; it has no copy ceiling, so no 'of copy'.
+    slow = replace(timed(10_000.0, 25_000.0), bytes=4_120_000)  # 0.412 GB/s
+    fast = replace(timed(10.0, 25.0), bytes=25_000_000)  # 2,500 GB/s
+    on_cpu = make.record("p", "slow", [slow], device="cpu")
+    rows = report.table_rows([on_cpu, run("fast", benchmarks=[fast])])
+    cells = [
+        [cell.strip() for cell in line.strip("|").split("|")]
+        for line in report.markdown_table(rows).splitlines()[2:]
+    ]
+    at = list(report.COLUMNS).index
+    assert cells[0][at("gbps")] == "0.412" and cells[0][at("ceiling_pct")] == ""
+    assert cells[1][at("gbps")] == "2,500"

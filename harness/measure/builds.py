@@ -2,18 +2,23 @@
 
 Solutions call torch's `load_inline` or `load` themselves, usually at import. The watcher wraps
 both so the harness knows which extensions were built, whether they hold CUDA code, how long
-each took and whether a failure happened inside a build (a compile error) or elsewhere.
+each took, whether it was only loaded from the build cache (its module file was there before and
+was left untouched), and whether a failure happened inside a build (a compile error) or
+elsewhere.
 """
 
 from __future__ import annotations
 
 import inspect
+import os
 import re
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+from harness.measure import sourcemap
 
 Notify = Callable[..., None]
 
@@ -27,6 +32,12 @@ class Build:
     name: str
     cuda: bool
     seconds: float | None = None
+    cached: bool = False  # loaded from the build cache: nothing was compiled
+
+    def describe(self) -> str:
+        if self.cached:
+            return f"{self.name} compiled earlier (loaded from the build cache)"
+        return f"{self.name} compiled in {self.seconds or 0:.0f} s"
 
 
 class BuildWatcher:
@@ -64,27 +75,45 @@ class BuildWatcher:
             self.current = current
             if current.cuda and self.cuda_toolchain:
                 raise NoCudaToolchain(self.cuda_toolchain)
-            self.notify("build_start", name=current.name, cuda=current.cuda)
+            modules = _modules(bound.arguments)
+            # `found`: a module built before lies in its folder, so this is likely only a load
+            self.notify("build_start", name=current.name, cuda=current.cuda, found=bool(modules))
             self.log_offset = self.log.stat().st_size if self.log and self.log.exists() else 0
             start = time.perf_counter()
             result = original(*bound.args, **bound.kwargs)
             current.seconds = time.perf_counter() - start
+            current.cached = bool(modules) and _modules(bound.arguments) == modules
             self.builds.append(current)
             self.current = None
-            self.notify("build_end", name=current.name, seconds=current.seconds)
+            self.notify(
+                "build_end", name=current.name, seconds=current.seconds, cached=current.cached
+            )
             return result
 
         build.__doc__ = original.__doc__
         return build
 
-    def failure(self, err: BaseException) -> str:
-        """One line for a failed build: the compiler's first error, without its build path."""
+    def failure(self, err: BaseException, solution: Path | None = None) -> str:
+        """One line for a failed build: the compiler's first error, without its build path,
+        and the line of `solution` it points into, where that can be found (sourcemap)."""
         text = ""
         if self.log and self.log.exists():
             with open(self.log, "rb") as handle:
                 handle.seek(self.log_offset)
                 text = handle.read().decode(errors="replace")
-        return first_error_line(f"{text}\n{err}")
+        return _short(sourcemap.annotate(_first_error(f"{text}\n{err}"), solution))
+
+
+def _modules(arguments: dict[str, Any]) -> dict[Path, int]:
+    """The built modules in an extension's build folder, with their times of change: the same
+    before and after a build when it only loaded them from the cache."""
+    folder = arguments.get("build_directory")
+    root = os.environ.get("TORCH_EXTENSIONS_DIR")
+    if not folder and root:
+        folder = os.path.join(root, str(arguments.get("name")))
+    if not folder or not os.path.isdir(folder):
+        return {}
+    return {p: p.stat().st_mtime_ns for p in Path(folder).glob("*.so")}
 
 
 def _uses_cuda(kind: str, arguments: dict[str, Any]) -> bool:
@@ -102,11 +131,14 @@ _ERROR_LINE = re.compile(r"\berror\b|undefined reference|undefined symbol", re.I
 _NOT_THE_CAUSE = ("FAILED:", "ninja:", "Error building", "subprocess.CalledProcessError")
 
 
-def first_error_line(text: str) -> str:
-    """The first line of `text` that names an error, else its first line; paths shortened."""
+def _first_error(text: str) -> str:
+    """The first line of `text` that names an error, else its first line."""
     lines = [line.strip() for line in text.splitlines() if line.strip()]
-    chosen = next(
+    return next(
         (ln for ln in lines if _ERROR_LINE.search(ln) and not ln.startswith(_NOT_THE_CAUSE)),
         lines[0] if lines else "build failed",
     )
-    return re.sub(r"^/\S*/", "", chosen)  # '/long/build/dir/main.cpp:3:5: error' -> 'main.cpp:...'
+
+
+def _short(line: str) -> str:
+    return re.sub(r"^/\S*/", "", line)  # '/long/build/dir/main.cpp:3:5: error' -> 'main.cpp:...'

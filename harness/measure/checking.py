@@ -159,9 +159,8 @@ def check_refused(solution: Any, inputs: list[Any], device: torch.device, label:
     try:
         with torch.no_grad():
             output = call(solution, inputs, device)
-    except Exception as err:
-        traceback.print_exc()
-        print(f"{label}: refused, as it should: {describe_error(err)}")
+    except Exception as err:  # expected: one line in the log, not a traceback each trial
+        print(f"{label}: refused, as it should: {describe_error(err)}", flush=True)
         output = None
     guard(
         status.RUNTIME_ERROR, f"{label}: the device is unusable after invalid input", probe, device
@@ -197,7 +196,8 @@ def call(model: Any, inputs: list[Any], device: torch.device) -> Any:
 
 
 def guard(failure: str, label: str, fn: Callable[..., Any], *args: Any) -> Any:
-    """Call `fn(*args)`; an exception becomes Verdict(failure, 'label: Error: message')."""
+    """Call `fn(*args)`; an exception becomes Verdict(failure, 'label: Error: message'), its
+    traceback logged (it was not expected); a Verdict passes through as it is, unlogged."""
     try:
         return fn(*args)
     except Verdict:

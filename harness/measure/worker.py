@@ -131,7 +131,7 @@ def run(job: Job, send: Send) -> dict[str, Any]:
         skip = _cuda_unavailable() or cuda_not_asked(device, job.settings)
         watcher = BuildWatcher(send, skip, Path(job.log_path))
         watcher.install()
-        profiling.profile(lambda: None, device)  # its first use rebinds some of torch's names
+        profiling.warm_up(device)  # before the snapshot: it rebinds some of torch's names
         snapshot = integrity.Snapshot()
         model_new = _load_solution(job, device, watcher)
         snapshot.verify("when the solution was imported")
@@ -210,7 +210,7 @@ def _load_solution(job: Job, device: torch.device, watcher: BuildWatcher) -> typ
     except Exception as err:
         traceback.print_exc()
         if watcher.current is not None:
-            raise Verdict(status.COMPILE_ERROR, watcher.failure(err)) from err
+            raise Verdict(status.COMPILE_ERROR, watcher.failure(err, Path(job.solution))) from err
         if on_cpu and (watcher.uses_cuda or _needs_gpu(err)):
             raise Verdict(
                 status.NO_GPU, f"not run: no CUDA device ({describe_error(err)})"
@@ -220,8 +220,8 @@ def _load_solution(job: Job, device: torch.device, watcher: BuildWatcher) -> typ
     if not isinstance(model_new, type):
         raise Verdict(status.LOAD_ERROR, "the file defines no ModelNew class")
     if on_cpu and watcher.uses_cuda:
-        built = ", ".join(f"{b.name} in {b.seconds or 0:.0f} s" for b in watcher.builds)
-        raise Verdict(status.NO_GPU, f"compiled ({built}); not run: {_why_not_cuda()}")
+        built = ", ".join(b.describe() for b in watcher.builds)
+        raise Verdict(status.NO_GPU, f"{built}; not run: {_why_not_cuda()}")
     return model_new
 
 

@@ -112,11 +112,14 @@ def given_solutions(paths: list[Path]) -> list[Path]:
 
 
 def missing_model_new(path: Path) -> str | None:
-    """Why `path` cannot be a solution (no top-level ModelNew, a syntax error), or None.
+    """Why `path` cannot be a solution (not a .py file, no top-level ModelNew, a syntax error),
+    or None.
 
     A static look at the source: it costs no import and no build, so a typo is reported at
     once instead of after a multi-minute compile.
     """
+    if path.suffix != ".py":  # Python imports only a .py file: say so, not what it lacks
+        return f"{path.name} is not a Python file: a solution is a .py file defining ModelNew"
     try:
         tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
     except SyntaxError as err:

@@ -48,10 +48,13 @@ class Progress:
         elif kind == "progress":
             self._count(event["done"], event["total"])
         elif kind == "build_start":
-            language = "CUDA" if event.get("cuda") else "C++"
-            self._show(f"building {language} extension {event.get('name')}", 0.0, force=True)
+            self._show(_building(event), 0.0, force=True)
         elif kind == "build_end":
-            self._line(f"{self.prefix}: built {event.get('name')} in {event['seconds']:.1f} s")
+            name = event.get("name")
+            if event.get("cached"):  # nothing was compiled: claim no build
+                self._line(f"{self.prefix}: loaded {name} from the build cache")
+            else:
+                self._line(f"{self.prefix}: built {name} in {event['seconds']:.1f} s")
         elif kind == "tick" and self.bar is None:
             self._show(self.doing, event["elapsed"])
 
@@ -99,3 +102,12 @@ class Progress:
             self.stream.write("\r\x1b[2K")
         self.stream.write(text + "\n")
         self.stream.flush()
+
+
+def _building(event: dict[str, Any]) -> str:
+    """What a build that starts is doing: loading from the cache where its module was found
+    there (the end says whether it was), else building."""
+    language = "CUDA" if event.get("cuda") else "C++"
+    if event.get("found"):
+        return f"loading {language} extension {event.get('name')} from the build cache"
+    return f"building {language} extension {event.get('name')}"

@@ -162,12 +162,13 @@ class Session:
         if not earlier or earlier[-1].status != status.NO_GPU:
             return None
         last, skipped = earlier[-1], cuda_not_asked(self.device, self.settings)
-        if skipped and last.detail.startswith(("not compiled: ", "compiled (")):
+        compiled = [b.name for b in last.builds or () if b.cuda]
+        if skipped and (compiled or last.detail.startswith("not compiled: ")):
             return isolate.failure(status.NO_GPU, f"not compiled: {skipped}")
-        if last.settings.arch == self.settings.arch and last.detail.startswith("compiled ("):
-            return isolate.failure(
-                status.NO_GPU, f"compiled (as run {last.run_id} found); not run: no CUDA device"
-            )
+        if compiled and last.settings.arch == self.settings.arch:
+            names = ", ".join(compiled)
+            detail = f"{names} compiled by run {last.run_id}; not run: no CUDA device"
+            return {**isolate.failure(status.NO_GPU, detail), "builds": last.to_dict()["builds"]}
         return None
 
     def _run_job(self, job: Job, folders: list[Path]) -> dict[str, Any]:
@@ -228,9 +229,9 @@ def summary(ran: RunRecord) -> str:
         sol, ref = bench.solution.median_us, bench.reference.median_us
         speedup = report.bench_speedup(bench)
         line += (
-            f"; {report.bench_label(bench)}: {sol:.3g} us vs {ref:.3g} us "
-            f"({speedup.value:.2f}x [{speedup.low:.2f}, {speedup.high:.2f}], "
-            f"n={bench.solution.count})"
+            f"; {report.bench_label(bench)}: solution {report.format_us(sol)} us vs eager "
+            f"{report.format_us(ref)} us ({speedup.value:.2f}x [{speedup.low:.2f}, "
+            f"{speedup.high:.2f}], n={bench.solution.count})"
         )
     if ran.detail:
         line += f": {ran.detail}"
