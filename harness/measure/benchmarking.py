@@ -48,15 +48,21 @@ SEEN_BATCH_US = 5000.0  # ... of about this long each (at least 3 calls, at most
 
 
 def time_benchmarks(
-    problem: Problem, model_new: type, device: torch.device, settings: Settings
+    problem: Problem,
+    model_new: type,
+    device: torch.device,
+    settings: Settings,
+    on_case: Callable[[str], None] = lambda name: None,
 ) -> list[dict[str, Any]]:
-    """One row per benchmark of `problem` (see the module doc)."""
+    """One row per benchmark of `problem` (see the module doc); `on_case` hears each
+    benchmark's name as it starts."""
     timer = _timer(device, settings)
     rule = settings.timing.rule
     floor = timing.floor_us(timer, device, rule) if device.type == "cuda" else None
     seeds = Seeds.of(settings.checking)
     rows = []
     for index, bench in enumerate(problem.benchmarks):
+        on_case(bench.name)
         seed = seeds.benchmark(index)
         models = build_models(problem, model_new, bench, seed, device)
         inputs = guard(status.PROBLEM_ERROR, "get_inputs", make_inputs, bench, seed, device)

@@ -44,12 +44,23 @@ HELD = (
 )
 
 
-def check_cases(problem: Problem, model_new: type, device: torch.device, checking: Checking) -> int:
-    """Check every case `checking.trials` times with fresh inputs (harness.inputs.Seeds);
-    return the number of checks made."""
+def check_cases(
+    problem: Problem,
+    model_new: type,
+    device: torch.device,
+    checking: Checking,
+    on_case: Callable[[str], None] = lambda name: None,
+) -> int:
+    """Check every case (or only the one `checking.case` names) `checking.trials` times with
+    fresh inputs (harness.inputs.Seeds); return the number of checks made. `on_case` hears each
+    case's name as its check starts. A case keeps its index, so its seeds, when others are
+    left out."""
     seeds = Seeds.of(checking)
     checks = 0
     for index, case in enumerate(problem.cases):
+        if checking.case is not None and case.name != checking.case:
+            continue
+        on_case(case.name)
         models = build_models(problem, model_new, case, seeds.case(index), device)
         for trial in range(1, checking.trials + 1):
             trial_seed = seeds.trial(index, trial)

@@ -22,9 +22,9 @@ PHASE_WORDS = {
 
 
 class Progress:
-    def __init__(self, stream: TextIO = sys.stderr) -> None:
-        self.stream = stream
-        self.live = stream.isatty()
+    def __init__(self, stream: TextIO | None = None) -> None:
+        self.stream = stream or sys.stderr  # looked up now: a redirected stderr is followed
+        self.live = self.stream.isatty()
         self.prefix = ""
         self.doing = ""
         self.last_shown = 0.0
