@@ -3,6 +3,7 @@
     python run.py --problem multilabel_margin     every solution of one problem
     python run.py --all                           every problem under problems/
     python run.py --problem smooth_l1 --solution path/to/mine.py
+    python run.py --problem smooth_l1 --solution fast_cuda --case default --check-only
     python run.py --list                          what there is to run
     python run.py --all --audit                   audit the problems' references only
 
@@ -97,6 +98,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     args = parser.parse_args(argv)
     if args.solution and not args.problem:
         parser.error("--solution needs --problem (which reference should it be checked against?)")
+    if args.case is not None and not args.problem:
+        parser.error("--case needs --problem (case names belong to one problem)")
     if args.audit_only and not (args.problem or args.all):
         parser.error("--audit needs --problem or --all")
     try:  # the values alone, before the device is resolved: bad flags fail before any work
@@ -149,11 +152,11 @@ def _add_actions(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument(
         "--solution",
-        metavar="PATH",
+        metavar="NAME|PATH",
         action="append",
         type=Path,
-        help="run this solution file instead of the problem's solutions/ folder "
-        "(repeatable; needs --problem)",
+        help="run this solution instead of all of the problem's: a file, or the name of one "
+        "under solutions/<problem>/ (repeatable; needs --problem)",
     )
     parser.add_argument(
         "--audit",
@@ -230,7 +233,7 @@ def chosen_problems(args: argparse.Namespace) -> list[tuple[ProblemSource, list[
         return [(s, list(s.solutions)) for s in sources]
     source = resolve_problem(args.problem, PROBLEMS_DIR, SOLUTIONS_DIR)
     if args.solution:
-        return [(source, given_solutions(args.solution))]
+        return [(source, given_solutions(args.solution, source))]
     if not source.solutions:
         raise UserError(
             f"problem {source.name!r} has no solutions: add a .py file defining ModelNew to "
@@ -326,7 +329,7 @@ def render_everything(results_dir: Path) -> int:
 
 def run_all(session: Session, work: list[tuple[ProblemSource, list[Path]]]) -> int:
     from harness import record
-    from harness.results import console, rendering
+    from harness.results import comparison, console, rendering
     from harness.run.session import passed
 
     code = EXIT_OK
@@ -344,6 +347,7 @@ def run_all(session: Session, work: list[tuple[ProblemSource, list[Path]]]) -> i
     if session.folder.joinpath(record.LOG_NAME).exists():
         written = rendering.render_summary(session.folder)
         print(f"summary across problems: {written}")
+    print(comparison.run_line(session.folder, session.run_id))
     return code
 
 

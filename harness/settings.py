@@ -12,6 +12,7 @@ import argparse
 import dataclasses
 import os
 import secrets
+from collections.abc import Collection
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
@@ -65,7 +66,7 @@ class StopRule:
 
 @dataclass(frozen=True)
 class Checking:
-    """How a solution is judged: trials, seeds and tolerance."""
+    """How a solution is judged: trials, seeds and tolerance; which cases, and whether timed."""
 
     trials: int = option(5, "correctness trials per case, each with a fresh seed and inputs")
     seed: int = option(42, "base seed of the trials")
@@ -77,6 +78,18 @@ class Checking:
         resolved=True,
     )
     tolerance: Tolerance = Tolerance()  # noqa: RUF009 (frozen: one shared default is safe)
+    case: str | None = option(
+        None,
+        "check only the correctness case of this name ('default' is get_inputs' own); the "
+        "benchmarks are timed as usual",
+        type=str,
+        metavar="NAME",
+    )
+    check_only: bool = option(
+        False,
+        "run the correctness checks and skip timing (the record has no benchmark rows)",
+        action="store_true",
+    )
 
     def __post_init__(self) -> None:
         if self.trials < 1:
@@ -262,8 +275,37 @@ def add_flags(group: Any, cls: type, nested: bool = True) -> None:
             name = flag.pop("flag", "--" + f.name.replace("_", "-"))
             flag.setdefault("default", _shown(f.default))
             if "action" not in flag:
-                flag["type"] = type(f.default)
+                flag.setdefault("type", type(f.default))
             group.add_argument(name, dest=f.name, **flag)
+
+
+def changed_flags(values: Any, skip: Collection[str] = ()) -> list[str]:
+    """The flags that give each option of `values` (settings, and the settings they hold) that
+    differs from its default, except the options named in `skip`: add_flags run backwards."""
+    given: list[str] = []
+    for f in fields(values):
+        value = getattr(values, f.name)
+        if f.name in skip or value == f.default:
+            continue
+        if isinstance(value, Tolerance):
+            pairs = [(f"--{n}", getattr(value, n)) for n in TOLERANCE_FLAGS]
+            given += [part for flag, v in pairs if v is not None for part in (flag, str(v))]
+        elif dataclasses.is_dataclass(value):
+            given += changed_flags(value, skip)
+        elif "help" in f.metadata:
+            name = f.metadata.get("flag", "--" + f.name.replace("_", "-"))
+            switch = f.metadata.get("action") in ("store_true", "store_false")
+            given += [name] if switch else [name, str(typed(value))]
+    return given
+
+
+def typed(value: Any) -> Any:
+    """A value as a command typed in the working folder takes it: a path inside that folder
+    relative to it, any other value whole."""
+    cwd = Path.cwd().resolve()
+    if isinstance(value, Path) and value.resolve().is_relative_to(cwd):
+        return value.resolve().relative_to(cwd)
+    return value
 
 
 def _shown(default: Any) -> Any:

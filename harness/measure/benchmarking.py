@@ -59,16 +59,18 @@ def time_benchmarks(
     model_new: type,
     device: torch.device,
     settings: Settings,
+    on_case: Callable[[str], None] = lambda name: None,
     counted: Counted | None = None,
 ) -> list[dict[str, Any]]:
-    """One row per benchmark of `problem` (see the module doc); `counted` hears (done, total)
-    after each."""
+    """One row per benchmark of `problem` (see the module doc); `on_case` hears each
+    benchmark's name as it starts, `counted` (done, total) after each."""
     timer = _timer(device, settings)
     rule = settings.timing.rule
     floor = timing.floor_us(timer, device, rule) if device.type == "cuda" else None
     seeds = Seeds.of(settings.checking)
     rows = []
     for index, bench in enumerate(problem.benchmarks):
+        on_case(bench.name)
         seed = seeds.benchmark(index)
         models = build_models(problem, model_new, bench, seed, device)
         inputs = guard(status.PROBLEM_ERROR, "get_inputs", make_inputs, bench, seed, device)

@@ -51,13 +51,20 @@ def check_cases(
     model_new: type,
     device: torch.device,
     checking: Checking,
+    on_case: Callable[[str], None] = lambda name: None,
     counted: Counted | None = None,
 ) -> int:
-    """Check every case `checking.trials` times with fresh inputs (harness.inputs.Seeds);
-    return the number of checks made. `counted` hears (done, total) after each check."""
+    """Check every case (or only the one `checking.case` names) `checking.trials` times with
+    fresh inputs (harness.inputs.Seeds); return the number of checks made. `on_case` hears each
+    case's name as its check starts, `counted` (done, total) after each check. A case keeps its
+    index, so its seeds, when others are left out."""
     seeds = Seeds.of(checking)
     checks = 0
+    chosen = [c for c in problem.cases if checking.case in (None, c.name)]
     for index, case in enumerate(problem.cases):
+        if case not in chosen:
+            continue
+        on_case(case.name)
         models = build_models(problem, model_new, case, seeds.case(index), device)
         for trial in range(1, checking.trials + 1):
             trial_seed = seeds.trial(index, trial)
@@ -69,7 +76,7 @@ def check_cases(
                 raise Verdict(status.INCORRECT, f"case {case.name!r}, seed {trial_seed}: {verdict}")
             checks += 1
             if counted:
-                counted(checks, len(problem.cases) * checking.trials)
+                counted(checks, len(chosen) * checking.trials)
     return checks
 
 

@@ -5,12 +5,14 @@ the result (`result`). Everything printed, by the harness, the compiler or the s
 to the job's log file, never into the pipe.
 
   load   import the solution (its extensions build here) and find ModelNew
-  check  every correctness case of the problem, `trials` times each with fresh inputs, under
-         the rules of harness.anticheat
-  time   every benchmark of the problem: check once more, then time reference and solution
-         side by side (harness.benchmarking); then profile one call of each
-         (harness.profiling: a GPU solution must launch kernels of its own, and not as a fig
-         leaf beside the reference's; the shares of its device time are in the result)
+  check  every correctness case of the problem (or the one `case` names), `trials` times
+         each with fresh inputs, under the rules of harness.anticheat; each case's name is
+         told to the parent as it starts (a `case` message), so a failure can be replayed
+  time   every benchmark of the problem (its name told as a case's is): check once more, then
+         time reference and solution side by side (harness.benchmarking); then profile one
+         call of each (harness.profiling: a GPU solution must launch kernels of its own, and
+         not as a fig leaf beside the reference's; the shares of its device time are in the
+         result). Skipped with `check_only`.
 
 The clocks, timers and comparisons the harness uses are recorded before the solution is
 imported and verified after each step (harness.integrity).
@@ -138,13 +140,19 @@ def run(job: Job, send: Send) -> dict[str, Any]:
         device = _device_for(device, watcher)
         result["device"] = str(device)
         send("phase", phase="check")
+        checking, told = job.settings.checking, _teller(send)
         counted = lambda done, total: send("progress", done=done, total=total)  # noqa: E731
-        result["checks"] = check_cases(problem, model_new, device, job.settings.checking, counted)
+        result["checks"] = check_cases(problem, model_new, device, checking, told, counted)
         snapshot.verify("during the checks")
-        send("phase", phase="time")
-        result["benchmarks"] = time_benchmarks(problem, model_new, device, job.settings, counted)
-        snapshot.verify("during the timing")
-        result["warnings"] = _own_work(job, problem, model_new, device, watcher, result)
+        if checking.check_only:
+            result["detail"] = "checked only, not timed (--check-only)"
+        else:
+            send("phase", phase="time")
+            result["benchmarks"] = time_benchmarks(
+                problem, model_new, device, job.settings, told, counted
+            )
+            snapshot.verify("during the timing")
+            result["warnings"] = _own_work(job, problem, model_new, device, watcher, result)
     except Verdict as verdict:  # a row without timings: they mean nothing for a failed solution
         result.update(
             status=verdict.status, detail=verdict.detail, reason=verdict.reason, benchmarks=[]
@@ -159,6 +167,12 @@ def run(job: Job, send: Send) -> dict[str, Any]:
         result["builds"] = [asdict(b) for b in watcher.builds]
         result["build_s"] = watcher.seconds
     return result
+
+
+def _teller(send: Send) -> Callable[[str], None]:
+    """Tells the parent the name of each case or benchmark as it starts (a "case" message),
+    so a failure, a crash too, can be replayed on that case alone."""
+    return lambda name: send("case", name=name)
 
 
 def _setup(job: Job) -> tuple[Problem, torch.device]:

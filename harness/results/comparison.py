@@ -28,6 +28,7 @@ from harness.errors import UserError
 from harness.record import BenchRow, RunRecord
 from harness.results import load, report
 from harness.results.summary import CPU_MARK, latest_records, ran_on_cpu_beside_gpu
+from harness.settings import typed
 
 THRESHOLD = settings.COMPARE_THRESHOLD  # smaller is "unchanged", even with a tight interval
 SHOWN_CHOICES = 5  # how many run ids and commits an error message names
@@ -89,6 +90,24 @@ def _choices(all_records: list[RunRecord]) -> str:
     return (
         f"run ids {', '.join(run_ids[:SHOWN_CHOICES])}"
         f"; commits {', '.join(commits[:SHOWN_CHOICES]) or 'none recorded'}"
+    )
+
+
+def run_line(folder: Path, run_id: str) -> str:
+    """The line that ends a run: its id, where its results are, and the --compare command
+    that sets it beside the newest earlier run of one of its solutions, where there is one."""
+    all_records = record.read(folder) if (folder / record.LOG_NAME).exists() else []
+    ours = {(r.problem, r.solution_path) for r in all_records if r.run_id == run_id}
+    if not ours:
+        return f"run {run_id}: nothing recorded"
+    earlier = [
+        r.run_id for r in all_records if r.run_id != run_id and (r.problem, r.solution_path) in ours
+    ]
+    shown = typed(folder)
+    old = f"{shown}@{earlier[-1] if earlier else '<earlier run id>'}"
+    return (
+        f"run {run_id}: results in {shown}/ (compare with: python run.py --compare {old} "
+        f"{shown}@{run_id})"
     )
 
 

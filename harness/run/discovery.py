@@ -99,16 +99,33 @@ def _unknown_problem_message(arg: str, available: list[str]) -> str:
     )
 
 
-def given_solutions(paths: list[Path]) -> list[Path]:
-    """The solution files named on the command line, resolved; a UserError for a missing file
-    or one that cannot be a solution (`missing_model_new`), before anything is built."""
+def given_solutions(given: list[Path], source: ProblemSource) -> list[Path]:
+    """The solutions named on the command line, each a file's path or the name of one of
+    `source`'s solutions (`fast_cuda` for solutions/<problem>/fast_cuda.py), resolved; a
+    UserError for a missing file, an unknown name, or a file that cannot be a solution
+    (`missing_model_new`), before anything is built."""
+    paths = [_solution_file(path, source) for path in given]
     for path in paths:
-        if not path.is_file():
-            raise UserError(f"--solution {path}: no such file")
         reason = missing_model_new(path)
         if reason:
             raise UserError(f"--solution {path}: {reason}")
     return [path.resolve() for path in paths]
+
+
+def _solution_file(path: Path, source: ProblemSource) -> Path:
+    if path.is_file():
+        return path
+    if len(path.parts) == 1:  # a bare name: one of the problem's own solutions
+        shipped = {p.stem: p for p in source.solutions}
+        if path.stem in shipped:
+            return shipped[path.stem]
+        if path.suffix != ".py":
+            names = ", ".join(shipped) or "none"
+            raise UserError(
+                f"--solution {path}: no such file, and problem {source.name!r} has no solution of "
+                f"that name; its solutions: {names}"
+            )
+    raise UserError(f"--solution {path}: no such file")
 
 
 def missing_model_new(path: Path) -> str | None:

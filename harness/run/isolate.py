@@ -30,7 +30,9 @@ Event = dict[str, Any]
 
 
 def run_isolated(job: worker.Job, on_event: Callable[[Event], None]) -> dict:
-    """Run `job` in a spawned worker; `on_event` sees phase, build and tick events."""
+    """Run `job` in a spawned worker; `on_event` sees phase, case, build and tick events. The
+    result says where the worker ended, however it ended: its last `phase` ("load", "check",
+    "time") and the `case` (or benchmark) of that phase it had reached, or None."""
     context = multiprocessing.get_context("spawn")
     receiver, sender = context.Pipe(duplex=False)
     process = context.Process(target=worker.entry, args=(job, sender), daemon=True)
@@ -62,18 +64,25 @@ def _watch(
     process: Any, receiver: Any, limits: Limits, on_event: Callable[[Event], None], log: Path
 ) -> dict:
     phase, phase_start, build_start = "start", time.monotonic(), None
+    case: str | None = None  # the case or benchmark of the phase that the worker is at
+
+    def at() -> dict:
+        return {"phase": phase, "case": case}
+
     while True:
         if receiver.poll(POLL_S):
             try:
                 message = receiver.recv()
             except (EOFError, OSError):
-                return _died(process, log)
+                return {**_died(process, log), **at()}
             kind = message.get("kind")
             if kind == "result":
                 message.pop("kind")
-                return message
+                return {**message, **at()}
             if kind == "phase":
-                phase, phase_start = message["phase"], time.monotonic()
+                phase, phase_start, case = message["phase"], time.monotonic(), None
+            elif kind == "case":
+                case = message["name"]
             elif kind == "build_start":
                 build_start = time.monotonic()
             elif kind == "build_end":
@@ -82,7 +91,7 @@ def _watch(
         elif not process.is_alive():
             if receiver.poll():
                 continue  # read what it sent before it exited
-            return _died(process, log)
+            return {**_died(process, log), **at()}
         building = build_start is not None or phase in ("start", "load")
         limit = limits.build_s if building else limits.run_s
         started = build_start if build_start is not None else phase_start
@@ -90,7 +99,8 @@ def _watch(
         if elapsed > limit:
             process.kill()
             step = "build" if build_start is not None else phase
-            return failure(status.TIMEOUT, f"{step} step ran past its {limit:g} s limit")
+            detail = f"{step} step ran past its {limit:g} s limit"
+            return {**failure(status.TIMEOUT, detail), **at()}
         on_event(
             {
                 "kind": "tick",

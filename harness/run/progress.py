@@ -26,7 +26,7 @@ PHASE_WORDS = {
 
 class Progress:
     def __init__(self, stream: TextIO | None = None) -> None:
-        self.stream = stream or sys.stderr  # looked up now: tests replace sys.stderr
+        self.stream = stream or sys.stderr  # looked up now: a redirected stderr is followed
         self.live = self.stream.isatty()
         self.prefix = ""
         self.doing = ""

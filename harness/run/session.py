@@ -16,7 +16,7 @@ from harness.measure import roofline
 from harness.measure.worker import Job, cuda_not_asked
 from harness.record import BenchRow, Ceiling, Machine, RunRecord
 from harness.results import baselines, rendering, report
-from harness.run import audit, isolate, machine, ncu, plants, scan
+from harness.run import audit, isolate, machine, ncu, plants, replay, scan
 from harness.run.discovery import ProblemSource, missing_model_new
 from harness.run.progress import Progress
 from harness.settings import REPO, Settings
@@ -49,6 +49,7 @@ class Session:
     def run_problem(self, source: ProblemSource, solutions: list[Path]) -> list[RunRecord]:
         """Check and time `solutions` of `source`; append each record; re-render the tables."""
         problem = load_problem(source.name, source.reference)  # a bad reference fails here, once
+        cases = self._cases(source, problem)
         self._audit(source, problem)
         done: list[RunRecord] = []
         measured = self.ceiling()
@@ -57,14 +58,33 @@ class Session:
         try:
             for index, solution in enumerate(solutions, start=1):
                 self.progress.start(index, len(solutions), f"{source.name}/{solution.stem}")
-                ran = self._run_one(source, solution, index, len(problem.cases), ceiling, compiled)
+                ran, at = self._run_one(source, solution, index, cases, ceiling, compiled)
                 record.append(self.folder, ran)
                 self.progress.finish(summary(ran))
+                again = replay.command(ran, source, solution, at.get("phase"), at.get("case"))
+                if again:
+                    self.progress.note(f"  replay: {again}")
                 done.append(ran)
         finally:  # on Ctrl-C too: the tables show every result recorded so far
             if done:
                 rendering.render_problem(self.folder, source.name)
         return done
+
+    def _cases(self, source: ProblemSource, problem: Problem) -> int:
+        """How many of the problem's cases are checked: all, or the one --case names (a
+        UserError listing the cases when it names none of them)."""
+        wanted = self.settings.checking.case
+        if wanted is None:
+            return len(problem.cases)
+        names = [case.name for case in problem.cases]
+        if wanted not in names:
+            benchmarks = [bench.name for bench in problem.benchmarks]
+            aside = " (it names a benchmark)" if wanted in benchmarks else ""
+            raise UserError(
+                f"--case {wanted!r}: problem {source.name!r} has no such case{aside}; its "
+                f"cases: {', '.join(names)}"
+            )
+        return 1
 
     def _audit(self, source: ProblemSource, problem: Problem) -> None:
         """Refuse a problem that a zero, constant or memorised answer would pass."""
@@ -90,10 +110,11 @@ class Session:
         cases: int,
         ceiling: Ceiling | None,
         compiled: list[dict[str, Any]],
-    ) -> RunRecord:
+    ) -> tuple[RunRecord, dict[str, Any]]:
         """Run `solution` in a worker and build its record, each benchmark row with its
         torch.compile baseline from `compiled` where one matches, and the machine's load as
-        the run began."""
+        the run began; with the record, where the worker ended (its `phase` and `case`,
+        harness.run.isolate)."""
         busy = machine.load(self.device)
         # The index keeps two files of the same name (from different folders) apart.
         log_name = f"{index:02d}-{source.name}--{solution.stem}.log"
@@ -114,7 +135,7 @@ class Session:
             device = result.get("device") or self.settings.device
             measured, witnessed = self._witness(job, device, measured)
         versus = [baselines.versus(row, compiled, self.run_id) for row in measured]
-        return RunRecord(
+        ran = RunRecord(
             run_id=self.run_id,
             time=_now(),
             problem=source.name,
@@ -137,6 +158,7 @@ class Session:
             ceiling=ceiling,
             **record.reported(result),
         )
+        return ran, {"phase": result.get("phase"), "case": result.get("case")}
 
     def _witness(
         self, job: Job, device: str, rows: list[BenchRow]

@@ -1,0 +1,196 @@
+"""Replaying a failure: --case and --check-only, the replay line printed under a failed verdict
+(run again, it gets the same verdict), the run id line that ends a run, and --solution NAME."""
+
+from __future__ import annotations
+
+import shlex
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+import torch
+
+import run
+from harness import record as run_log
+from harness import settings
+from harness.errors import UserError, Verdict
+from harness.loading import import_file, load_problem
+from harness.matching import Tolerance
+from harness.measure.checking import check_cases
+from harness.results import comparison
+from harness.run import replay
+from harness.run.discovery import ProblemSource, given_solutions, resolve_problem
+from harness.settings import Checking, Places, Settings, StopRule, Timing
+from tests.conftest import FIXTURES, REPO, TOY, CliRun, toy_solution
+from tests.records_factory import record
+
+TOY_MEAN = FIXTURES / "toy_mean"
+SUBSAMPLE = FIXTURES / "cheats_mean" / "subsample_mean.py"  # incorrect on the 'spike' case
+WRONG_WHEN_TIMED = FIXTURES / "cheats" / "wrong_when_timed.py"  # right in checks, not when timed
+
+
+def replay_lines(err: str) -> list[str]:
+    return [line.split("replay: ", 1)[1] for line in err.splitlines() if "  replay: " in line]
+
+
+def run_replay(cli: CliRun, line: str) -> int:
+    """Run a printed replay line as typed: `python run.py` and its flags."""
+    words = shlex.split(line)
+    assert words[:2] == ["python", "run.py"]
+    return cli(*words[2:])
+
+
+def test_an_incorrect_solution_is_replayed_on_its_case_with_the_same_verdict(
+    cli: CliRun, capfd
+) -> None:
+    common = ("--problem", str(TOY_MEAN), "--solution", str(SUBSAMPLE), "--device", "cpu")
+    assert cli(*common, "--trials", "2") == run.EXIT_FAILED
+    first = cli.record("subsample_mean")
+    assert first["status"] == "incorrect" and first["detail"].startswith("case 'spike', seed ")
+    (line,) = replay_lines(capfd.readouterr().err)
+    secret = first["settings"]["checking"]["secret"]
+    assert "python run.py --problem tests/fixtures/toy_mean" in line
+    assert "--solution tests/fixtures/cheats_mean/subsample_mean.py --case spike" in line
+    assert f"--seed 42 --secret {secret} --trials 2 --device cpu" in line
+    assert line.endswith("--check-only")
+
+    assert run_replay(cli, line) == run.EXIT_FAILED
+    again = cli.record("subsample_mean")
+    assert again["run_id"] != first["run_id"]
+    assert (again["status"], again["detail"]) == (first["status"], first["detail"])  # same inputs
+    assert again["settings"]["checking"]["case"] == "spike"
+    assert again["cases"] == 1 and again["benchmarks"] == []
+
+
+def test_a_failure_while_timing_is_replayed_by_the_whole_run(cli: CliRun, capfd) -> None:
+    flags = ("--device", "cpu", "--trials", "1", "--max-samples", "20")
+    assert cli("--problem", str(TOY), "--solution", str(WRONG_WHEN_TIMED), *flags) == 1
+    first = cli.record("wrong_when_timed")
+    assert first["detail"].startswith("benchmark '") and ", timed call " in first["detail"]
+    (line,) = replay_lines(capfd.readouterr().err)
+    assert "--case" not in line and "--check-only" not in line
+    assert "--max-samples 20" in line  # the timing flags reach the timed calls again
+
+    assert run_replay(cli, line) == run.EXIT_FAILED
+    again = cli.record("wrong_when_timed")
+    # Which timed calls are spot-checked is drawn unseeded (harness.measure.feeding), so the
+    # same failure may be caught on another call, or another benchmark.
+    assert again["status"] == "incorrect" and ", timed call " in again["detail"]
+
+
+def test_a_crash_is_replayed_on_the_case_it_died_in(cli: CliRun, capfd) -> None:
+    cli("--problem", str(TOY), "--solution", toy_solution("segfault"), "--device", "cpu")
+    assert cli.record("segfault")["status"] == "crashed"
+    (line,) = replay_lines(capfd.readouterr().err)
+    assert "--case default" in line and line.endswith("--check-only")
+    assert run_replay(cli, line) == run.EXIT_FAILED
+    assert cli.record("segfault")["status"] == "crashed"
+
+
+def test_a_correct_solution_gets_no_replay_line_and_check_only_times_nothing(
+    cli: CliRun, capfd
+) -> None:
+    args = ("--problem", str(TOY), "--solution", toy_solution("good"), "--device", "cpu")
+    assert cli(*args, "--check-only", "--trials", "1") == run.EXIT_OK
+    captured = capfd.readouterr()
+    assert not replay_lines(captured.err)
+    ran = cli.record("good")
+    assert ran["status"] == "ok" and ran["benchmarks"] == [] and ran["checks"] == 3
+    assert ran["settings"]["checking"]["check_only"] is True
+    row = next(line for line in captured.out.splitlines() if line.startswith("| good"))
+    assert "| -  " in row and "| ok " in row and "checked only, not timed (--check-only)" in row
+
+
+def test_an_unknown_case_is_one_line_naming_the_cases(cli: CliRun, capfd) -> None:
+    args = ("--problem", str(TOY), "--solution", toy_solution("good"), "--device", "cpu")
+    assert cli(*args, "--case", "5x8") == run.EXIT_INPUT
+    errors = [line for line in capfd.readouterr().err.splitlines() if line.startswith("error")]
+    assert errors == [
+        "error: --case '5x8': problem 'toy' has no such case; its cases: default, scale=3, 5x7"
+    ]
+    assert not list((cli.root / "results").glob("*/runs.jsonl"))
+
+
+def test_case_needs_a_problem(capfd) -> None:
+    with pytest.raises(SystemExit) as exit_:
+        run.main(["--all", "--case", "default"])
+    assert exit_.value.code == run.EXIT_USAGE
+    assert "--case needs --problem" in capfd.readouterr().err
+
+
+def test_one_case_keeps_its_seeds_and_the_others_are_left_out() -> None:
+    problem = load_problem("toy", TOY / "reference.py")
+    model_new = import_file(Path(toy_solution("wrong_scale"))).ModelNew  # wrong on 'scale=3'
+    cpu, checking = torch.device("cpu"), Checking(trials=2, seed=3, secret=99)
+    heard: list[str] = []
+    assert check_cases(problem, model_new, cpu, replace(checking, case="5x7"), heard.append) == 2
+    assert heard == ["5x7"]
+    details = []
+    for chosen in (checking, replace(checking, case="scale=3")):
+        with pytest.raises(Verdict) as caught:
+            check_cases(problem, model_new, cpu, chosen)
+        details.append(caught.value.detail)
+    assert details[0] == details[1] and details[0].startswith("case 'scale=3', seed ")
+
+
+def test_the_changed_flags_give_the_same_settings_back() -> None:
+    made = Settings(
+        device="cpu",
+        audit=False,
+        checking=Checking(3, 7, 11, Tolerance(atol=0.0), case="spike", check_only=True),
+        timing=Timing(rule=StopRule(min_samples=3, target_rse=0.1), graph=True, flush="write"),
+        places=Places(results_dir=Path("elsewhere").resolve()),
+    )
+    flags = settings.changed_flags(made)
+    assert "--atol" in flags and "--rtol" not in flags and "--graph" in flags
+    assert flags[flags.index("--case") + 1] == "spike" and "--check-only" in flags
+    args = run.parse_args(["--problem", "toy", *flags])
+    assert settings.from_flags(args, device="cpu", arch="9.0", secret=11) == made
+    assert settings.changed_flags(Settings()) == []
+
+
+def test_a_shipped_problem_and_solution_are_replayed_by_name_and_path() -> None:
+    source = resolve_problem("smooth_l1", REPO / "problems", REPO / "solutions")
+    failed = replace(record("smooth_l1", "fast_cuda", status="rejected"), settings=Settings())
+    solution = source.solutions[0]
+    line = replay.command(failed, source, solution, "check", "default")
+    assert line == (
+        f"python run.py --problem smooth_l1 --solution {settings.typed(solution)} --case default "
+        "--seed 42 --secret 0 --trials 5 --device cpu --check-only"
+    )
+    on_gpu = replace(failed, settings=Settings(device="cuda:0", timing=Timing(graph=True)))
+    assert replay.command(on_gpu, source, solution, "time", "default") == (
+        f"python run.py --problem smooth_l1 --solution {settings.typed(solution)} "
+        "--seed 42 --secret 0 --trials 5 --graph"
+    )
+    assert replay.command(replace(failed, status="timeout"), source, solution, None, None) is None
+
+
+def test_a_solution_may_be_named_by_its_stem() -> None:
+    source = resolve_problem("smooth_l1", REPO / "problems", REPO / "solutions")
+    assert given_solutions([Path("fast_cuda")], source) == [
+        REPO / "solutions" / "smooth_l1" / "fast_cuda.py"
+    ]
+    with pytest.raises(UserError) as err:
+        given_solutions([Path("fast_cud")], source)
+    assert str(err.value) == (
+        "--solution fast_cud: no such file, and problem 'smooth_l1' has no solution of that "
+        "name; its solutions: fast_cuda, seed_cuda"
+    )
+    with pytest.raises(UserError, match=r"no such file$"):
+        given_solutions([Path("nope.py")], ProblemSource("toy", TOY / "reference.py"))
+
+
+def test_the_run_line_names_the_run_and_a_compare_command_that_works(tmp_path: Path) -> None:
+    assert comparison.run_line(tmp_path, "20261130-000000-aaaaaa") == (
+        "run 20261130-000000-aaaaaa: nothing recorded"
+    )
+    older, newer = "20261129-100000-0ld0ld", "20261130-100000-4e54e5"
+    run_log.append(tmp_path, record("p", "a", run_id=older))
+    run_log.append(tmp_path, record("q", "b", run_id="20261129-200000-07he45"))  # not ours
+    run_log.append(tmp_path, record("p", "a", run_id=newer))
+    line = comparison.run_line(tmp_path, newer)
+    assert line.startswith(f"run {newer}: results in {tmp_path}/ (compare with: python run.py ")
+    words = line.rstrip(")").split("--compare ")[1].split()
+    assert words == [f"{tmp_path}@{older}", f"{tmp_path}@{newer}"]
+    assert run.main(["--compare", *words]) == run.EXIT_OK
