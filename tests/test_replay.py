@@ -97,8 +97,11 @@ def test_a_correct_solution_gets_no_replay_line_and_check_only_times_nothing(
     ran = cli.record("good")
     assert ran["status"] == "ok" and ran["benchmarks"] == [] and ran["checks"] == 3
     assert ran["settings"]["checking"]["check_only"] is True
-    row = next(line for line in captured.out.splitlines() if line.startswith("| good"))
+    table = next((cli.root / "results").glob("*/toy.md")).read_text()
+    row = next(line for line in table.splitlines() if line.startswith("| good"))
     assert "| -  " in row and "| ok " in row and "checked only, not timed (--check-only)" in row
+    compact = next(line for line in captured.out.splitlines() if line.startswith("good "))
+    assert compact.split()[:3] == ["good", "-", "ok"] and "checked only" in compact
 
 
 def test_an_unknown_case_is_one_line_naming_the_cases(cli: CliRun, capfd) -> None:
