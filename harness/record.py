@@ -174,6 +174,10 @@ class Build(_Flat):
     seconds: float | None = None
     cached: bool = False  # loaded from the build cache, nothing compiled
 
+    def to_dict(self) -> dict[str, Any]:
+        data = super().to_dict()
+        return data if self.cached else {k: v for k, v in data.items() if k != "cached"}
+
 
 @dataclass(frozen=True)
 class Ceiling(_Flat):
