@@ -6,10 +6,13 @@
     python run.py --problem smooth_l1 --solution fast_cuda --case default --check-only
     python run.py --list                          what there is to run
     python run.py --all --audit                   audit the problems' references only
+    python run.py --problem smooth_l1 --forget mine   drop a solution's rows from the tables
 
 Exit status: 0 when every solution that could run here ran and was correct (a CUDA solution
 skipped for lack of a GPU is not a failure); 1 when any solution failed; 2 for bad flags;
-3 for an unknown problem or an unusable file; 130 when interrupted.
+3 for an unknown problem, an unusable file or a folder that cannot be written; 4 when the
+harness itself failed (nothing is recorded against the solution it was running); 130 when
+interrupted.
 
 `-h` imports neither torch nor pandas: the modules that need them are imported where they are
 used.
@@ -20,20 +23,22 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import re
+import signal
 import sys
 import textwrap
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from harness import settings, status
-from harness.errors import UserError
+from harness.errors import HarnessError, UserError
 from harness.settings import REPO
 
 if TYPE_CHECKING:
+    from harness.record import RunRecord
     from harness.run.discovery import ProblemSource
     from harness.run.session import Session
 
-EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_INPUT, EXIT_INTERRUPTED = 0, 1, 2, 3, 130
+EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_INPUT, EXIT_HARNESS, EXIT_INTERRUPTED = 0, 1, 2, 3, 4, 130
 PROBLEMS_DIR = REPO / "problems"
 SOLUTIONS_DIR = REPO / "solutions"
 HELP_WIDTH = 80  # -h fits this many columns
@@ -102,6 +107,10 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         parser.error("--case needs --problem (case names belong to one problem)")
     if args.audit_only and not (args.problem or args.all):
         parser.error("--audit needs --problem or --all")
+    if args.forget and (not args.problem or args.solution or args.audit_only):
+        parser.error("--forget needs --problem, and takes no --solution or --audit")
+    if not args.recording and (args.forget or args.audit_only or not (args.problem or args.all)):
+        parser.error("--no-record is for a run (--problem or --all), not --forget or --audit")
     try:  # the values alone, before the device is resolved: bad flags fail before any work
         settings.from_flags(args)
     except ValueError as err:
@@ -115,8 +124,9 @@ def _epilog() -> str:
     )
     return (
         f"timing rule:\n{_rule_text()}\n\nstatuses:\n{statuses}\n\nexit status: 0 every "
-        "solution that could run here was correct; 1 some\n  failed; 2 bad flags; 3 unknown "
-        "problem or unusable file; 130 interrupted"
+        "solution that could run here was correct; 1 some failed;\n  2 bad flags; 3 unknown "
+        "problem, unusable file or unwritable folder;\n  4 the harness itself failed; "
+        "130 interrupted"
     )
 
 
@@ -164,6 +174,19 @@ def _add_actions(parser: argparse.ArgumentParser) -> None:
         action="store_true",
         help="with --problem or --all: only audit the problems' references (reject any whose "
         "output a zero, constant or memorised answer would match), then exit",
+    )
+    parser.add_argument(
+        "--forget",
+        metavar="SOLUTION",
+        help="with --problem: drop this solution's rows (by name or path) from the tables under "
+        "--results-dir, then re-render them; runs.jsonl keeps its records and gains a removal line",
+    )
+    parser.add_argument(
+        "--no-record",
+        dest="recording",
+        action="store_false",
+        help="run and print the verdicts, but write nothing under --results-dir (logs and "
+        "builds are still written)",
     )
 
 
@@ -273,14 +296,19 @@ def main(argv: list[str] | None = None) -> int:
             return EXIT_OK
         if args.audit_only:
             return audit_problems(args)
+        if args.forget:
+            return forget_solution(args.results_dir, args.problem, args.forget)
         work = chosen_problems(args)
         from harness.run.session import Session
 
-        session = Session(settings_for(args))
+        session = Session(settings_for(args), recording=args.recording)
         return run_all(session, work)
     except UserError as err:
         print(f"error: {err}", file=sys.stderr)
         return EXIT_INPUT
+    except HarnessError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return EXIT_HARNESS
     except KeyboardInterrupt:
         print("\ninterrupted: results recorded before the interrupt are kept", file=sys.stderr)
         return EXIT_INTERRUPTED
@@ -302,13 +330,13 @@ def audit_problems(args: argparse.Namespace) -> int:
         source = resolve_problem(name, PROBLEMS_DIR, SOLUTIONS_DIR)
         try:
             problem = load_problem(source.name, source.reference)
-        except UserError as err:
-            print(f"{source.name}: reject error: {err}")
-            code = EXIT_FAILED
+        except UserError as err:  # as a run refuses it: one line, exit 3, the others go on
+            print(f"error: {err}", file=sys.stderr)
+            code = EXIT_INPUT
             continue
         findings = audit.audit_problem(problem, device, tolerance)
         print(audit.render_findings(source.name, findings))
-        if audit.rejected(findings):
+        if audit.rejected(findings) and code == EXIT_OK:
             code = EXIT_FAILED
     return code
 
@@ -327,12 +355,45 @@ def render_everything(results_dir: Path) -> int:
     return EXIT_OK
 
 
-def run_all(session: Session, work: list[tuple[ProblemSource, list[Path]]]) -> int:
+def forget_solution(results_dir: Path, problem_arg: str, solution: str) -> int:
+    """Drop `solution`'s rows of the problem from every results folder that shows them."""
     from harness import record
-    from harness.results import comparison, console, rendering
+    from harness.results import rendering
+
+    path = Path(problem_arg)  # named as discovery names it; the problem may be gone from disk
+    problem = path.stem if path.suffix == ".py" else path.name
+    folders = sorted(p.parent for p in results_dir.glob(f"*/{record.LOG_NAME}"))
+    dropped = False
+    for folder in folders:
+        try:
+            if not record.forget(folder, problem, solution):
+                continue
+            written = [*rendering.render_problem(folder, problem), rendering.render_summary(folder)]
+        except OSError as err:
+            raise UserError(
+                f"--forget: cannot write {folder} ({err.strerror or err}); fix its permissions"
+            ) from err
+        dropped = True
+        print(f"forgot {solution} of {problem} in {folder}; rewrote: {_names(written)}")
+    if not dropped:
+        shown = {r.solution for f in folders for r in record.read(f) if r.problem == problem}
+        raise UserError(
+            f"--forget {solution}: no rows of it for problem {problem!r} under {results_dir} "
+            f"(recorded there: {', '.join(sorted(shown)) or 'none'}); check the names, or "
+            "pass --results-dir"
+        )
+    return EXIT_OK
+
+
+def _names(paths: list[Path]) -> str:
+    return ", ".join(p.name for p in paths)
+
+
+def run_all(session: Session, work: list[tuple[ProblemSource, list[Path]]]) -> int:
+    from harness.results import comparison, rendering
     from harness.run.session import passed
 
-    code = EXIT_OK
+    code, recorded = EXIT_OK, False
     for source, solutions in work:
         try:
             done = session.run_problem(source, solutions)
@@ -340,16 +401,31 @@ def run_all(session: Session, work: list[tuple[ProblemSource, list[Path]]]) -> i
             print(f"error: {err}", file=sys.stderr)
             code = EXIT_INPUT
             continue
-        table = session.folder / f"{source.name}.md"
-        print(console.compact(source.name, done, table) + "\n")
+        show_results(session, source.name, done)
+        recorded = recorded or (session.recording and bool(done))
         if not all(passed(r) for r in done) and code == EXIT_OK:
             code = EXIT_FAILED
-    if session.folder.joinpath(record.LOG_NAME).exists():
+    if recorded:  # only a run that recorded something rewrites the summary
         written = rendering.render_summary(session.folder)
         print(f"summary across problems: {written}")
     print(comparison.run_line(session.folder, session.run_id))
     return code
 
 
+def show_results(session: Session, problem: str, done: list[RunRecord]) -> None:
+    """This run's rows of the problem, compact (within 100 columns), and where the full table
+    is; with --no-record, that nothing was written."""
+    from harness.results import console
+
+    if not session.recording:
+        print(console.compact(problem, done, None))
+        print(f"not recorded (--no-record): nothing written under {session.folder.parent}\n")
+        return
+    print(console.compact(problem, done, session.folder / f"{problem}.md") + "\n")
+
+
 if __name__ == "__main__":
+    # Ctrl-C must work whatever was inherited: a background job of a script starts with SIGINT
+    # ignored, and Python then leaves it ignored.
+    signal.signal(signal.SIGINT, signal.default_int_handler)
     sys.exit(main())

@@ -5,8 +5,14 @@ class UserError(Exception):
     """Bad input from the user: an unknown problem, a malformed file, a bad flag.
 
     The message is one line that says what is wrong and how to fix it; run.py prints it
-    without a traceback and exits with EXIT_INPUT_ERROR.
+    without a traceback and exits with EXIT_INPUT.
     """
+
+
+class HarnessError(Exception):
+    """The harness itself failed (a folder it cannot write, a bug of its own), not the solution
+    it was running: the run stops with this one line, keeping what was recorded before it, and
+    records no verdict against the solution."""
 
 
 class Verdict(Exception):

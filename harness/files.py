@@ -34,6 +34,18 @@ def locked(folder: Path) -> Iterator[None]:
             fcntl.flock(handle, fcntl.LOCK_UN)
 
 
+def unwritable(folder: Path) -> str | None:
+    """Why `folder` cannot be created or written (the system's reason), or None when it can:
+    it is created if missing, and a file is written in it and removed again."""
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        with tempfile.TemporaryFile(dir=folder):
+            pass
+    except OSError as err:
+        return err.strerror or str(err)
+    return None
+
+
 def append(folder: Path, record: dict[str, Any], name: str) -> None:
     """Append `record` to the folder's log `name` as a single JSON line."""
     line = json.dumps(record, sort_keys=True) + "\n"

@@ -5,11 +5,13 @@ A record is built once, when its run is over, and never changed: every class her
 Timings keep their raw samples (`Measurement.times_us`); their statistics are derived from them,
 so a record cannot disagree with itself. The JSON form (`to_dict`, one line per record) is the
 one every run has written; records from before a key existed read with None in its place
-(`BenchRow.speedup`, `mode`, `stop`, ...), never with a made-up value.
+(`BenchRow.speedup`, `mode`, `stop`, ...), never with a made-up value. Besides records, the log
+may hold removal lines (run.py --forget): a record is never edited or deleted.
 """
 
 from __future__ import annotations
 
+import datetime
 import sys
 from collections.abc import Mapping
 from dataclasses import dataclass, fields
@@ -18,10 +20,11 @@ from typing import Any, ClassVar, TypeVar
 
 from harness import files
 from harness.measurement import Measurement
-from harness.settings import Settings
+from harness.settings import REPO, Settings
 from harness.stats import Interval
 
 LOG_NAME = "runs.jsonl"
+FORGET = "forget"  # the kind of a log line that drops the earlier records of one solution
 Data = Mapping[str, Any]
 
 
@@ -338,11 +341,37 @@ def append(folder: Path, record: RunRecord) -> None:
     files.append(folder, record.to_dict(), LOG_NAME)
 
 
+def forget(folder: Path, problem: str, solution: str) -> list[str]:
+    """Drop `solution` of `problem` (its name, or its path as given or recorded) from what the
+    folder's log reads as: one removal line per matching solution path is appended, so the log
+    stays append-only, and a later run of the solution shows again. Returns the paths dropped."""
+    given = Path(solution).resolve()
+    paths = sorted(
+        {
+            r.solution_path
+            for r in read(folder)
+            if r.problem == problem
+            and (solution in (r.solution, r.solution_path) or REPO / r.solution_path == given)
+        }
+    )
+    stamp = datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
+    for path in paths:
+        line = {"kind": FORGET, "problem": problem, "solution_path": path, "time": stamp}
+        files.append(folder, line, LOG_NAME)
+    return paths
+
+
 def read(folder: Path) -> list[RunRecord]:
-    """Every record of the folder's run log, oldest first. A line that is not a record (torn
-    by a killed writer, or edited by hand) is skipped with a warning."""
-    records, skipped = [], 0
+    """Every record of the folder's run log, oldest first, less those a later removal line
+    dropped (`forget`). A line that is neither (torn by a killed writer, or edited by hand) is
+    skipped with a warning."""
+    records: list[RunRecord] = []
+    skipped = 0
     for data in files.read(folder, LOG_NAME):
+        if data.get("kind") == FORGET:
+            gone = (data.get("problem"), data.get("solution_path"))
+            records = [r for r in records if (r.problem, r.solution_path) != gone]
+            continue
         try:
             records.append(RunRecord.from_dict(data))
         except (KeyError, TypeError, ValueError):

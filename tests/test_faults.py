@@ -284,13 +284,17 @@ def test_running_out_of_gpu_memory_is_a_runtime_error_and_the_next_solution_runs
 
 
 class Launcher:
-    """Starts `python run.py ARGS` in sessions of their own, writing under `root`."""
+    """Starts `python run.py ARGS` in sessions of their own, writing under `root`, each with
+    SIGINT as `sigint` says (default: as a terminal's foreground job gets it, whatever this
+    process inherited: a background job of a script starts with it ignored)."""
 
     def __init__(self, root: Path) -> None:
         self.root = root
         self.started: list[subprocess.Popen[bytes]] = []
 
-    def __call__(self, tag: str, *args: str) -> subprocess.Popen[bytes]:
+    def __call__(
+        self, tag: str, *args: str, sigint: signal.Handlers = signal.SIG_DFL
+    ) -> subprocess.Popen[bytes]:
         where = ["--log-dir", str(self.root / "logs")]
         if "--results-dir" not in args:
             where += ["--results-dir", str(self.root / "results")]
@@ -302,7 +306,12 @@ class Launcher:
             open(self.root / f"{tag}.err", "wb") as err,
         ):
             process = subprocess.Popen(
-                command, cwd=REPO, stdout=out, stderr=err, start_new_session=True
+                command,
+                cwd=REPO,
+                stdout=out,
+                stderr=err,
+                start_new_session=True,
+                preexec_fn=lambda: signal.signal(signal.SIGINT, sigint),
             )
         self.started.append(process)
         return process
@@ -367,12 +376,16 @@ def finish(process: subprocess.Popen[bytes], timeout: float = WAIT_S) -> int:
         ) from None
 
 
+@pytest.mark.parametrize(
+    "inherited", [signal.SIG_DFL, signal.SIG_IGN], ids=["sigint-default", "sigint-ignored"]
+)
 def test_ctrl_c_keeps_what_was_recorded_and_leaves_no_worker(
-    tmp_path: Path, launch: Launcher
+    tmp_path: Path, launch: Launcher, inherited: signal.Handlers
 ) -> None:
+    # SIG_IGN: run.py started as a background job of a script is still stopped by SIGINT.
     solutions = ["--solution", toy_solution("good"), "--solution", toy_solution("hangs")]
     quick = ["--device", "cpu", "--max-samples", "5", "--trials", "2", "--timeout", "120"]
-    process = launch("interrupted", "--problem", str(TOY), *solutions, *quick)
+    process = launch("interrupted", "--problem", str(TOY), *solutions, *quick, sigint=inherited)
     wait_for("the first record", lambda: whole_records(tmp_path / "results"))
 
     def hangs_started() -> bool:  # its worker is past its start: it logged its job

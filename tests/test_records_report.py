@@ -153,7 +153,7 @@ def test_same_named_solutions_from_two_folders_are_told_apart() -> None:
 def test_tables_render_from_the_log_alone(tmp_path: Path) -> None:
     record.append(tmp_path, run("fast", benchmarks=[timed(10.0, 25.0)]))
     record.append(tmp_path, run("slow", status="timeout", detail="check step ran past 300 s"))
-    md_path = rendering.render_problem(tmp_path, "p")
+    md_path, *_ = rendering.render_problem(tmp_path, "p")
     markdown = md_path.read_text()
     assert markdown.startswith("# p on NVIDIA H200")
     assert "| fast       | 512x1024 | ok" in markdown and "2.50x" in markdown

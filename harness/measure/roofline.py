@@ -63,8 +63,11 @@ def measure_copy(device: torch.device) -> dict[str, Any]:
     return {"copy_gbps": 2 * COPY_BYTES / median_us / 1e3, "copy_bytes": COPY_BYTES}
 
 
-def ceiling(folder: Path, device: torch.device, machine: dict[str, Any]) -> dict[str, Any] | None:
-    """The cached ceiling of this GPU model and torch version, measured first if missing."""
+def ceiling(
+    folder: Path, device: torch.device, machine: dict[str, Any], store: bool = True
+) -> dict[str, Any] | None:
+    """The cached ceiling of this GPU model and torch version, measured first if missing (and
+    cached in `folder` unless not `store`)."""
     if device.type != "cuda":
         return None
     path = folder / CEILING_NAME
@@ -82,5 +85,6 @@ def ceiling(folder: Path, device: torch.device, machine: dict[str, Any]) -> dict
         "driver": machine.get("driver"),
         "measured": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
     }
-    files.write_atomic(path, json.dumps(measured, indent=2, sort_keys=True) + "\n")
+    if store:
+        files.write_atomic(path, json.dumps(measured, indent=2, sort_keys=True) + "\n")
     return {**measured, "cached": False}

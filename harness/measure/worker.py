@@ -95,12 +95,18 @@ def _die_with_parent() -> None:
 def main(job: Job, conn: Any) -> None:
     """Process entry point: run the job, send its result, exit."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the parent's to handle
-    log = _redirect_output(job.log_path)
-    faulthandler.enable(log)
 
     def send(kind: str, **data: Any) -> None:
         conn.send({"kind": kind, **data})
 
+    try:
+        log = _redirect_output(job.log_path)
+    except OSError as err:  # the harness's folder, not the solution: no verdict on it
+        why = err.strerror or str(err)
+        send("result", **harness_failure(f"cannot write the worker's log {job.log_path}: {why}"))
+        conn.close()
+        return
+    faulthandler.enable(log)
     print(f"job: {asdict(job)}", flush=True)
     result = run(job, send)
     print(f"result: {result['status']}: {result['detail']}", flush=True)
@@ -123,6 +129,7 @@ def run(job: Job, send: Send) -> dict[str, Any]:
     """Run the job's steps; any failure becomes a status and a one-line detail."""
     result: dict[str, Any] = {"status": status.OK, "detail": "", "benchmarks": [], "checks": 0}
     watcher: BuildWatcher | None = None
+    started = False  # whether any of the solution's code has run
     try:
         send("phase", phase="load")
         problem, device = _setup(job)
@@ -135,6 +142,7 @@ def run(job: Job, send: Send) -> dict[str, Any]:
         watcher.install()
         profiling.warm_up(device)  # before the snapshot: it rebinds some of torch's names
         snapshot = integrity.Snapshot()
+        started = True
         model_new = _load_solution(job, device, watcher)
         snapshot.verify("when the solution was imported")
         device = _device_for(device, watcher)
@@ -160,9 +168,9 @@ def run(job: Job, send: Send) -> dict[str, Any]:
     except SystemExit as exit_:
         traceback.print_exc()
         result.update(status=status.CRASHED, detail=f"the solution called sys.exit({exit_.code})")
-    except BaseException as err:  # the harness's own bug: still a row, with a traceback logged
+    except BaseException as err:  # escaped every guard: the solution's doing, or the harness's
         traceback.print_exc()
-        result.update(status=status.RUNTIME_ERROR, detail=f"harness error: {describe_error(err)}")
+        result.update(_blame(err, Path(job.solution), started), benchmarks=[])
     if watcher is not None:
         result["builds"] = [asdict(b) for b in watcher.builds]
         result["build_s"] = watcher.seconds
@@ -173,6 +181,39 @@ def _teller(send: Send) -> Callable[[str], None]:
     """Tells the parent the name of each case or benchmark as it starts (a "case" message),
     so a failure, a crash too, can be replayed on that case alone."""
     return lambda name: send("case", name=name)
+
+
+def harness_failure(detail: str) -> dict[str, Any]:
+    """The result of a job the harness itself failed (its folders, a bug of its own): marked
+    `harness_error`, so the session stops the run instead of recording it as a verdict."""
+    return {
+        "status": status.RUNTIME_ERROR,
+        "detail": f"harness error: {detail}",
+        "benchmarks": [],
+        "checks": 0,
+        "harness_error": True,
+    }
+
+
+def _blame(err: BaseException, solution: Path, started: bool) -> dict[str, Any]:
+    """The result fields for an exception that escaped every guard: the solution's runtime
+    error where its code had run and the exception is of its making (`_solution_caused`), else
+    a harness failure."""
+    if started and _solution_caused(err, solution):
+        return {"status": status.RUNTIME_ERROR, "detail": describe_error(err)}
+    return harness_failure(describe_error(err))
+
+
+def _solution_caused(err: BaseException, solution: Path) -> bool:
+    """Whether the solution made `err`: raised in its file; of a kind no harness code raises
+    (KeyboardInterrupt, a BaseException of its own); exhausted memory; or a CUDA error it left
+    behind, which surfaces at the next call that waits for the device, the harness's too."""
+    mine = os.path.realpath(solution)
+    if any(os.path.realpath(f.filename) == mine for f in traceback.extract_tb(err.__traceback__)):
+        return True
+    if not isinstance(err, Exception) or isinstance(err, MemoryError):
+        return True
+    return isinstance(err, RuntimeError) and "CUDA" in str(err)
 
 
 def _setup(job: Job) -> tuple[Problem, torch.device]:

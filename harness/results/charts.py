@@ -92,17 +92,19 @@ def write_chart(folder: Path, problem: str, records: list[RunRecord]) -> Path | 
     """Re-draw `<problem>.svg` in `folder` from `records` (its run log, as harness.record.read
     gives it); returns its path. The caller holds the folder's lock (harness.results.rendering).
 
-    None, writing nothing, when matplotlib is missing or no solution of `problem` is ok.
+    None, writing nothing, when matplotlib is missing or no solution of `problem` is ok (then
+    a chart drawn before, which would show solutions no longer ok or forgotten, is removed).
     """
     problem_records = report.latest_per_solution(records, problem)
     bars = chart_bars(problem_records)
     newest = report.newest(problem_records)
+    path = folder / f"{problem}.svg"
     if not bars or newest is None:
+        path.unlink(missing_ok=True)
         return None
     try:
         svg = render_svg(problem, newest.machine.gpu or "CPU", bars)
     except ImportError:
         return None
-    path = folder / f"{problem}.svg"
     files.write_atomic(path, svg)
     return path

@@ -20,9 +20,9 @@ WIDTH = 100
 HEADERS = ["solution", "shape", "status", "time (us)", "eager (us)", "speedup [95% CI]", "notes"]
 
 
-def compact(problem: str, records: list[RunRecord], table: Path) -> str:
+def compact(problem: str, records: list[RunRecord], table: Path | None) -> str:
     """`records` (one run's, of `problem`) as a table within WIDTH columns, then where the full
-    table is."""
+    table is (none where the run records nothing)."""
     lines = [line for record in records for line in _lines(record)]
     without_notes = tabulate(
         [line[:-1] for line in lines],
@@ -35,7 +35,8 @@ def compact(problem: str, records: list[RunRecord], table: Path) -> str:
     for line in lines:
         line[-1] = line[-1] if len(line[-1]) <= room else line[-1][: room - 3].rstrip() + "..."
     fitted = tabulate(lines, headers=HEADERS, tablefmt="simple", disable_numparse=True).splitlines()
-    return f"{problem}:\n" + "\n".join(fitted) + f"\nfull table: {table}"
+    where = f"\nfull table: {table}" if table else ""
+    return f"{problem}:\n" + "\n".join(fitted) + where
 
 
 def _lines(record: RunRecord) -> list[list[str]]:

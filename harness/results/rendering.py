@@ -15,8 +15,9 @@ from harness.record import RunRecord
 from harness.results import charts, report, summary
 
 
-def render_problem(folder: Path, problem: str) -> Path:
-    """The problem's chart (when matplotlib is installed) and tables; returns the table."""
+def render_problem(folder: Path, problem: str) -> list[Path]:
+    """The problem's tables and chart (when matplotlib is installed); returns the files
+    written, the markdown table first (none, the old ones removed, when no row is left)."""
     with files.locked(folder):
         return _problem(folder, problem, record.read(folder))
 
@@ -32,11 +33,15 @@ def render_folder(folder: Path) -> list[Path]:
     with files.locked(folder):
         records = record.read(folder)
         problems = sorted({r.problem for r in records})
-        written = [_problem(folder, problem, records) for problem in problems]
+        written = [path for problem in problems for path in _problem(folder, problem, records)]
         return [*written, summary.write_summary(folder, records)]
 
 
-def _problem(folder: Path, problem: str, records: list[RunRecord]) -> Path:
+def _problem(folder: Path, problem: str, records: list[RunRecord]) -> list[Path]:
+    if not any(r.problem == problem for r in records):  # every row forgotten (run.py --forget)
+        for suffix in (".md", ".csv", ".svg"):
+            (folder / f"{problem}{suffix}").unlink(missing_ok=True)
+        return []
     chart = charts.write_chart(folder, problem, records)
-    markdown, _ = report.write_tables(folder, problem, records, chart.name if chart else None)
-    return markdown
+    markdown, table = report.write_tables(folder, problem, records, chart.name if chart else None)
+    return [markdown, table, *([chart] if chart else [])]

@@ -2,7 +2,10 @@
 
 The worker reports over a one-way pipe that only the harness writes to; whatever the solution
 prints goes to the job's log instead. Whatever happens to the worker, a compile error, an
-exception, a segfault, `os._exit`, a hang, this returns a result dict with a status.
+exception, a segfault, `os._exit`, a hang, this returns a result dict with a status. A worker
+that fails before any of the solution's code runs (it cannot write its log, it dies while
+starting) is the harness's failure, not the solution's: its result is marked `harness_error`
+(harness.measure.worker.harness_failure), and the session records no verdict from it.
 
 Time limits: the load step (import, where extensions usually build) and any build started later
 get `build_s`; the check and time steps get `run_s` each.
@@ -74,7 +77,7 @@ def _watch(
             try:
                 message = receiver.recv()
             except (EOFError, OSError):
-                return {**_died(process, log), **at()}
+                return {**_died(process, log, phase), **at()}
             kind = message.get("kind")
             if kind == "result":
                 message.pop("kind")
@@ -91,13 +94,15 @@ def _watch(
         elif not process.is_alive():
             if receiver.poll():
                 continue  # read what it sent before it exited
-            return {**_died(process, log), **at()}
+            return {**_died(process, log, phase), **at()}
         building = build_start is not None or phase in ("start", "load")
         limit = limits.build_s if building else limits.run_s
         started = build_start if build_start is not None else phase_start
         elapsed = time.monotonic() - started
         if elapsed > limit:
             process.kill()
+            if phase == "start":  # the solution was not even imported: no verdict on it
+                return worker.harness_failure(f"the worker did not start within {limit:g} s")
             step = "build" if build_start is not None else phase
             detail = f"{step} step ran past its {limit:g} s limit"
             return {**failure(status.TIMEOUT, detail), **at()}
@@ -111,15 +116,21 @@ def _watch(
         )
 
 
-def _died(process: Any, log: Path) -> dict:
+def _died(process: Any, log: Path, phase: str) -> dict:
+    """A worker that ended without a result: crashed, unless it died before it began its job
+    (`phase` "start"), when no code of the solution had run: then a harness failure."""
     process.join(JOIN_S)
     code = process.exitcode
     if code is not None and code < 0:
         how = f"killed by {signal.Signals(-code).name}"
     else:
-        how = f"exited with code {code} without reporting (os._exit?)"
+        how = f"exited with code {code} without reporting"
     clue = last_clue(log)
-    return failure(status.CRASHED, f"worker {how}" + (f"; log ends: {clue}" if clue else ""))
+    ends = f"; log ends: {clue}" if clue else ""
+    if phase == "start":
+        return worker.harness_failure(f"the worker {how} before it began its job{ends}")
+    guess = "" if code is not None and code < 0 else " (os._exit?)"
+    return failure(status.CRASHED, f"worker {how}{guess}{ends}")
 
 
 def failure(verdict: str, detail: str) -> dict:

@@ -9,8 +9,8 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from harness import record, status, toolchain
-from harness.errors import UserError
+from harness import files, record, status, toolchain
+from harness.errors import HarnessError, UserError
 from harness.loading import Problem, load_problem
 from harness.measure import roofline
 from harness.measure.worker import Job, cuda_not_asked
@@ -25,9 +25,12 @@ from harness.settings import REPO, Settings
 class Session:
     """One invocation of run.py: a run id, the machine, and where results go."""
 
-    def __init__(self, settings: Settings, progress: Progress | None = None) -> None:
+    def __init__(
+        self, settings: Settings, progress: Progress | None = None, recording: bool = True
+    ) -> None:
         """`settings` are resolved (device, arch and secret as used); the secret is told to
-        workers only, and recorded with the results once they are in."""
+        workers only, and recorded with the results once they are in. Without `recording`
+        (run.py --no-record) nothing is written under the results folder."""
         import torch
 
         self.settings = settings
@@ -37,13 +40,34 @@ class Session:
         stamp = datetime.datetime.now(datetime.timezone.utc).strftime("%Y%m%d-%H%M%S")
         self.run_id = f"{stamp}-{secrets.token_hex(3)}"
         self.folder = settings.places.results_dir / machine.slug(self.machine)
+        self.recording = recording
         self._ceiling: dict[str, Any] | None = None
+        self._check_places()
+
+    def _check_places(self) -> None:
+        """Refuse, before any work, a results, log or build folder that cannot be created or
+        written: a run would otherwise spend its time, then fail to keep what it measured."""
+        places = self.settings.places
+        folders = [("--log-dir", places.log_dir, places.log_dir)]
+        folders.append(("--build-dir", places.build_dir, places.build_dir))
+        if self.recording:
+            folders.append(("--results-dir", places.results_dir, self.folder))
+        for flag, given, folder in folders:
+            why = files.unwritable(folder)
+            if why:
+                which = "it" if folder == given else str(folder)
+                raise UserError(
+                    f"{flag} {given}: cannot create or write {which}: {why}; "
+                    f"pass {flag} a folder you can write"
+                )
 
     def ceiling(self) -> dict[str, Any] | None:
         """The GPU's copy bandwidth, from the folder's cache or measured now (None on a CPU)."""
         if self._ceiling is None and self.device.type == "cuda":
             self.progress.note("measuring the copy bandwidth of this GPU (cached afterwards)")
-            self._ceiling = roofline.ceiling(self.folder, self.device, self.machine)
+            self._ceiling = roofline.ceiling(
+                self.folder, self.device, self.machine, store=self.recording
+            )
         return self._ceiling
 
     def run_problem(self, source: ProblemSource, solutions: list[Path]) -> list[RunRecord]:
@@ -59,15 +83,15 @@ class Session:
             for index, solution in enumerate(solutions, start=1):
                 self.progress.start(index, len(solutions), f"{source.name}/{solution.stem}")
                 ran, at = self._run_one(source, solution, index, cases, ceiling, compiled)
-                record.append(self.folder, ran)
+                self._record(ran)
                 self.progress.finish(summary(ran))
                 again = replay.command(ran, source, solution, at.get("phase"), at.get("case"))
                 if again:
                     self.progress.note(f"  replay: {again}")
                 done.append(ran)
         finally:  # on Ctrl-C too: the tables show every result recorded so far
-            if done:
-                rendering.render_problem(self.folder, source.name)
+            if done and self.recording:
+                self._writing(rendering.render_problem, self.folder, source.name)
         return done
 
     def _cases(self, source: ProblemSource, problem: Problem) -> int:
@@ -85,6 +109,21 @@ class Session:
                 f"cases: {', '.join(names)}"
             )
         return 1
+
+    def _record(self, ran: RunRecord) -> None:
+        if self.recording:
+            self._writing(record.append, self.folder, ran)
+
+    def _writing(self, write: Any, *args: Any) -> Any:
+        """`write(*args)`, a write under the results folder; the folder failing is the
+        harness's failure (HarnessError), never the solution's."""
+        try:
+            return write(*args)
+        except OSError as err:
+            raise HarnessError(
+                f"cannot write the results in {self.folder} ({err.strerror or err}); what was "
+                "recorded before is kept: free or fix that folder, or pass --results-dir"
+            ) from err
 
     def _audit(self, source: ProblemSource, problem: Problem) -> None:
         """Refuse a problem that a zero, constant or memorised answer would pass."""
@@ -199,6 +238,7 @@ class Session:
         watched = plants.ImportPath(folders)
         result = isolate.run_isolated(job, self.progress.event)
         planted = watched.remove_planted()
+        result = harness_checked(result, job)
         if planted:
             result = {**result, **plants.rejection(planted), "benchmarks": []}
         return result
@@ -225,12 +265,15 @@ class Session:
             self._job(source, source.reference, log_path, reference_hash),
             task="compile_baseline",
         )
-        result = isolate.run_isolated(job, self.progress.event)
+        result = harness_checked(isolate.run_isolated(job, self.progress.event), job)
         self.progress.finish(f"{result['status']} {result.get('detail') or ''}".strip())
         if result["status"] != status.OK:
             return found
         run = {"run_id": self.run_id, "time": _now(), "driver": self.machine.get("driver")}
-        baselines.store(self.folder, {**context, **run}, result["benchmarks"])
+        entries = [{**context, **run, **row} for row in result["benchmarks"]]
+        if not self.recording:  # used by this run, kept by none
+            return [*found, *entries]
+        self._writing(baselines.store, self.folder, {**context, **run}, result["benchmarks"])
         return baselines.cached(self.folder, context)
 
     def _job(self, source: ProblemSource, solution: Path, log_path: Path, content: str) -> Job:
@@ -242,6 +285,19 @@ class Session:
             content_hash=content,
             settings=self.settings,
         )
+
+
+def harness_checked(result: dict[str, Any], job: Job) -> dict[str, Any]:
+    """`result`, unless the harness failed the job (harness.measure.worker.harness_failure):
+    then a HarnessError, so that no verdict is recorded against the solution."""
+    if not result.get("harness_error"):
+        return result
+    log = Path(job.log_path)
+    where = f" (its log: {_shown(log)})" if log.exists() else ""
+    raise HarnessError(
+        f"{job.problem}/{Path(job.solution).stem}: {result['detail']}{where}; the run stops "
+        "here and records no verdict on the solution; what was recorded before is kept"
+    )
 
 
 def summary(ran: RunRecord) -> str:

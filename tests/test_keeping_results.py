@@ -1,0 +1,165 @@
+"""Keeping results tidy and true: --forget drops a solution's rows while runs.jsonl stays
+append-only, --no-record writes nothing under the results folder, a run or an audit stopped by
+a broken problem says so with exit 3 and claims no summary, and --render lists every file it
+rewrote."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+
+import run
+from harness import record
+from harness.record import LOG_NAME
+from harness.results import charts, rendering
+from harness.settings import REPO
+from tests import records_factory as make
+from tests.conftest import FIXTURES, TOY, CliRun, toy_solution
+
+QUICK = ["--device", "cpu", "--max-samples", "5", "--trials", "2", "--timeout", "60"]
+BROKEN = str(FIXTURES / "faults" / "problem_no_get_inputs.py")
+LATER = "2026-11-29T11:00:00+00:00"
+
+
+def has_row(table: str, solution: str) -> bool:
+    return bool(re.search(rf"^\| {solution} +\| ", table, re.MULTILINE))
+
+
+@pytest.fixture
+def folder(tmp_path: Path) -> Path:
+    """A machine's results folder: problem p with solutions fast and slow, rendered."""
+    where = tmp_path / "results" / "nvidia-h200"
+    record.append(where, make.record("p", "fast", [make.bench(10, 30)]))
+    record.append(where, make.record("p", "slow", [make.bench(40, 30)]))
+    rendering.render_folder(where)
+    return where
+
+
+def forget(folder: Path, solution: str, problem: str = "p") -> int:
+    return run.main(
+        ["--problem", problem, "--forget", solution, "--results-dir", str(folder.parent)]
+    )
+
+
+def test_forget_appends_a_removal_line_that_the_reader_honours(tmp_path: Path) -> None:
+    kept, other_problem = make.record("p", "b"), make.record("q", "a")
+    for recorded in (make.record("p", "a"), kept, other_problem):
+        record.append(tmp_path, recorded)
+    log = tmp_path / LOG_NAME
+    before = log.read_text()
+    assert record.forget(tmp_path, "p", "a") == ["solutions/p/a.py"]
+    assert log.read_text().startswith(before)  # append-only: no line changed
+    assert record.read(tmp_path) == [kept, other_problem]
+    rerun = make.record("p", "a", when=LATER)
+    record.append(tmp_path, rerun)
+    assert record.read(tmp_path) == [kept, other_problem, rerun]  # a later run shows again
+
+
+def test_forget_takes_a_path_as_recorded_or_as_a_file_and_nothing_else(tmp_path: Path) -> None:
+    for solution in ("a", "b", "c"):
+        record.append(tmp_path, make.record("p", solution))
+    assert record.forget(tmp_path, "p", "solutions/p/a.py") == ["solutions/p/a.py"]
+    assert record.forget(tmp_path, "p", str(REPO / "solutions/p/b.py")) == ["solutions/p/b.py"]
+    assert record.forget(tmp_path, "p", "nope") == []
+    assert record.forget(tmp_path, "q", "c") == []  # another problem's name
+    assert [r.solution for r in record.read(tmp_path)] == ["c"]
+
+
+def test_forget_drops_the_rows_and_re_renders(
+    folder: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert forget(folder, "slow") == run.EXIT_OK
+    out = capsys.readouterr().out
+    assert f"forgot slow of p in {folder}; rewrote: p.md, p.csv" in out and "summary.md" in out
+    table = (folder / "p.md").read_text()
+    assert has_row(table, "fast") and not has_row(table, "slow")
+    assert "slow" not in (folder / "p.csv").read_text()
+    assert "slow" not in (folder / "summary.md").read_text()
+    assert len((folder / LOG_NAME).read_text().splitlines()) == 3  # both records, one removal
+
+
+def test_forgetting_a_problem_s_last_solution_removes_its_tables(folder: Path) -> None:
+    (folder / "p.svg").write_text("<svg/>\n")  # as if drawn where matplotlib is installed
+    assert forget(folder, "slow") == forget(folder, "fast") == run.EXIT_OK
+    assert not [p.name for p in folder.glob("p.*")]
+    assert "| p " not in (folder / "summary.md").read_text()
+
+
+def test_forgetting_what_is_not_there_is_one_line_with_exit_3(
+    folder: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    log = (folder / LOG_NAME).read_text()
+    assert forget(folder, "slwo") == run.EXIT_INPUT
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and err.startswith("error: --forget slwo: no rows of it")
+    assert "recorded there: fast, slow" in err
+    assert (folder / LOG_NAME).read_text() == log
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["--all", "--forget", "x"],
+        ["--problem", "p", "--forget", "x", "--solution", "x.py"],
+        ["--render", "--no-record"],
+        ["--problem", "p", "--forget", "x", "--no-record"],
+    ],
+)
+def test_forget_and_no_record_refuse_what_they_cannot_go_with(
+    args: list[str], capsys: pytest.CaptureFixture[str]
+) -> None:
+    with pytest.raises(SystemExit) as exit_:
+        run.main(args)
+    assert exit_.value.code == run.EXIT_USAGE
+    assert "--forget" in capsys.readouterr().err or "--no-record" in " ".join(args)
+
+
+def test_a_solution_chart_is_removed_once_no_solution_is_ok(tmp_path: Path) -> None:
+    record.append(tmp_path, make.record("p", "a", status="incorrect"))
+    (tmp_path / "p.svg").write_text("<svg/>\n")
+    assert charts.write_chart(tmp_path, "p", record.read(tmp_path)) is None
+    assert not (tmp_path / "p.svg").exists()
+
+
+def test_render_lists_every_file_it_rewrote(
+    folder: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(charts, "render_svg", lambda *args: "<svg/>\n")  # without matplotlib
+    assert run.main(["--render", "--results-dir", str(folder.parent)]) == run.EXIT_OK
+    out = capsys.readouterr().out
+    assert f"rendered {folder}: p.md, p.csv, p.svg, summary.md" in out
+
+
+def test_no_record_prints_the_verdicts_and_writes_no_results(
+    cli: CliRun, capsys: pytest.CaptureFixture[str]
+) -> None:
+    args = ["--problem", str(TOY), "--solution", toy_solution("good"), "--no-record", *QUICK]
+    assert cli(*args) == run.EXIT_OK
+    out = capsys.readouterr().out
+    assert has_row(out, "good") and "| ok " in out and "not recorded (--no-record)" in out
+    assert "written:" not in out
+    assert not (cli.root / "results").exists()
+    assert list(cli.root.glob("logs/*/01-toy--good.log"))  # the worker's log is still kept
+
+
+def test_a_broken_problem_exits_3_in_an_audit_as_in_a_run(
+    cli: CliRun, capfd: pytest.CaptureFixture[str]
+) -> None:
+    assert cli("--audit", "--problem", BROKEN, "--device", "cpu") == run.EXIT_INPUT
+    assert cli("--problem", BROKEN, "--solution", toy_solution("good"), *QUICK) == run.EXIT_INPUT
+    for said in capfd.readouterr().err.strip().splitlines():
+        assert said.startswith("error: ") and "is not a KernelBench problem" in said, said
+
+
+def test_a_run_stopped_by_a_broken_problem_claims_no_summary(
+    cli: CliRun, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert cli("--problem", str(TOY), "--solution", toy_solution("good"), *QUICK) == run.EXIT_OK
+    (summary,) = cli.root.glob("results/*/summary.md")
+    written = summary.stat().st_mtime_ns
+    capsys.readouterr()
+    assert cli("--problem", BROKEN, "--solution", toy_solution("good"), *QUICK) == run.EXIT_INPUT
+    assert "written:" not in capsys.readouterr().out
+    assert summary.stat().st_mtime_ns == written
