@@ -287,7 +287,10 @@ def main(argv: list[str] | None = None) -> int:
         if args.list:
             return list_everything()
         if args.render:
-            return render_everything(args.results_dir)
+            from harness.run import keeping
+
+            keeping.render_everything(args.results_dir)
+            return EXIT_OK
         if args.compare:
             from harness.results import comparison
 
@@ -297,7 +300,10 @@ def main(argv: list[str] | None = None) -> int:
         if args.audit_only:
             return audit_problems(args)
         if args.forget:
-            return forget_solution(args.results_dir, args.problem, args.forget)
+            from harness.run import keeping
+
+            keeping.forget_solution(args.results_dir, args.problem, args.forget)
+            return EXIT_OK
         work = chosen_problems(args)
         from harness.run.session import Session
 
@@ -339,54 +345,6 @@ def audit_problems(args: argparse.Namespace) -> int:
         if audit.rejected(findings) and code == EXIT_OK:
             code = EXIT_FAILED
     return code
-
-
-def render_everything(results_dir: Path) -> int:
-    """Re-render every table, chart and summary from the run logs under `results_dir`."""
-    from harness import record
-    from harness.results import rendering
-
-    folders = sorted(p.parent for p in results_dir.glob(f"*/{record.LOG_NAME}"))
-    if not folders:
-        raise UserError(f"no recorded runs under {results_dir} (no */{record.LOG_NAME})")
-    for folder in folders:
-        written = rendering.render_folder(folder)
-        print(f"rendered {folder}: {', '.join(p.name for p in written)}")
-    return EXIT_OK
-
-
-def forget_solution(results_dir: Path, problem_arg: str, solution: str) -> int:
-    """Drop `solution`'s rows of the problem from every results folder that shows them."""
-    from harness import record
-    from harness.results import rendering
-
-    path = Path(problem_arg)  # named as discovery names it; the problem may be gone from disk
-    problem = path.stem if path.suffix == ".py" else path.name
-    folders = sorted(p.parent for p in results_dir.glob(f"*/{record.LOG_NAME}"))
-    dropped = False
-    for folder in folders:
-        try:
-            if not record.forget(folder, problem, solution):
-                continue
-            written = [*rendering.render_problem(folder, problem), rendering.render_summary(folder)]
-        except OSError as err:
-            raise UserError(
-                f"--forget: cannot write {folder} ({err.strerror or err}); fix its permissions"
-            ) from err
-        dropped = True
-        print(f"forgot {solution} of {problem} in {folder}; rewrote: {_names(written)}")
-    if not dropped:
-        shown = {r.solution for f in folders for r in record.read(f) if r.problem == problem}
-        raise UserError(
-            f"--forget {solution}: no rows of it for problem {problem!r} under {results_dir} "
-            f"(recorded there: {', '.join(sorted(shown)) or 'none'}); check the names, or "
-            "pass --results-dir"
-        )
-    return EXIT_OK
-
-
-def _names(paths: list[Path]) -> str:
-    return ", ".join(p.name for p in paths)
 
 
 def run_all(session: Session, work: list[tuple[ProblemSource, list[Path]]]) -> int:

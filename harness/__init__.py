@@ -12,6 +12,7 @@ run/       the parent process, one per run.py: finds the work and drives it
     scan       a static scan of a solution's source, as warnings
     plants     remove modules a solution planted where later processes import from
     ncu        --ncu: have Nsight Compute count the bytes one call moves, as a witness
+    keeping    --render and --forget: the recorded results re-rendered or trimmed
     replay     the command that replays a failed solution on the case it failed on
 measure/   the worker process, one per solution: builds, checks and times it
     worker     load, check and time one solution (the worker's entry point)

@@ -85,6 +85,7 @@ def test_new_records_write_back_the_json_they_were_read_from(
 
 # Settings added since those records were written: they read with their defaults.
 SETTINGS_ADDED = {"ncu": False, "compile_cuda": False}  # issues 12 and 15
+CHECKING_ADDED = {"case": None, "check_only": False}  # issue 15
 
 
 def test_records_with_whole_settings_write_back_exactly(
@@ -94,7 +95,9 @@ def test_records_with_whole_settings_write_back_exactly(
     assert len(issue_11) == 6
     for read in issue_11:
         (line,) = [d for d in lines if (d["time"], d["solution"]) == (read.time, read.solution)]
-        assert read.to_dict() == {**line, "settings": {**line["settings"], **SETTINGS_ADDED}}
+        settings = {**line["settings"], **SETTINGS_ADDED}
+        settings["checking"] = {**settings["checking"], **CHECKING_ADDED}
+        assert read.to_dict() == {**line, "settings": settings}
     fast = of_run(records, ISSUE_11_RUN, "smooth_l1", "fast_cuda")
     assert fast.machine.commit == "f8defa8" and fast.settings.timing.compile is True
     assert fast.settings.checking.secret > 0 and fast.settings.device == "cuda:0"
