@@ -49,7 +49,7 @@ def _lines(record: RunRecord) -> list[list[str]]:
 def _timed(record: RunRecord, bench: BenchRow) -> list[str]:
     columns = report._timing_columns(bench, None)  # the full table's own cells, fewer of them
     flags = columns["flags"].count("; ") + 1 if columns["flags"] else 0
-    note = f"{flags} flag{'s' * (flags > 1)}: see the table" if flags else ""
+    note = f"{flags} flag{'s' * (flags > 1)}" if flags else ""  # named in the full table
     return [
         record.solution,
         report.bench_label(bench),
