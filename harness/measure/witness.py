@@ -20,23 +20,19 @@ from typing import Any
 import torch
 
 from harness.inputs import Seeds, make_inputs
-from harness.loading import import_file, load_problem
+from harness.loading import import_file
 from harness.measure.checking import build_models
+from harness.measure.worker import Job, setup
 from harness.settings import Settings
-from harness.toolchain import use_build_cache
 
 
 def count_one_call(spec: dict[str, Any], index: int) -> None:
     """Make benchmark `index`'s call once untimed, then once between the profiler's marks."""
     settings = Settings.from_dict(spec["settings"])
-    solution = Path(spec["solution"])
-    use_build_cache(
-        settings.places.build_dir, spec["problem"], solution, settings.arch, spec["content_hash"]
-    )
-    problem = load_problem(spec["problem"], Path(spec["reference"]))
-    device = torch.device("cuda", torch.device(settings.device).index or 0)
-    torch.cuda.set_device(device)
-    model_new = import_file(solution).ModelNew
+    named = {key: spec[key] for key in ("problem", "reference", "solution", "content_hash")}
+    job = Job(**named, log_path="", settings=settings)
+    problem, device = setup(job)  # as the worker that timed it: TF32 off, the same build folder
+    model_new = import_file(Path(job.solution)).ModelNew
     bench = problem.benchmarks[index]
     seed = Seeds.of(settings.checking).benchmark(index)
     _, model = build_models(problem, model_new, bench, seed, device)

@@ -35,7 +35,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-import torch  # importing torch does not import its extension builder: that waits for _setup
+import torch  # importing torch does not import its extension builder: that waits for setup
 
 from harness import status
 from harness.errors import UserError, Verdict
@@ -132,7 +132,7 @@ def run(job: Job, send: Send) -> dict[str, Any]:
     started = False  # whether any of the solution's code has run
     try:
         send("phase", phase="load")
-        problem, device = _setup(job)
+        problem, device = setup(job)
         if job.task == "compile_baseline":
             send("phase", phase="time")
             result["benchmarks"] = compile_baseline(problem, device, job.settings)
@@ -216,7 +216,9 @@ def _solution_caused(err: BaseException, solution: Path) -> bool:
     return isinstance(err, RuntimeError) and "CUDA" in str(err)
 
 
-def _setup(job: Job) -> tuple[Problem, torch.device]:
+def setup(job: Job) -> tuple[Problem, torch.device]:
+    """The job's build folder, full float32 precision, its problem and its device: what any
+    process that runs the job's solution sets first (the worker, harness.measure.witness)."""
     settings = job.settings
     folder = use_build_cache(
         settings.places.build_dir, job.problem, Path(job.solution), settings.arch, job.content_hash
