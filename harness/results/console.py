@@ -54,8 +54,8 @@ def _timed(record: RunRecord, bench: BenchRow) -> list[str]:
         record.solution,
         report.bench_label(bench),
         record.status,
-        report._format("median_us", columns["median_us"]),
-        report._format("ref_median_us", columns["ref_median_us"]),
+        report.format_us(bench.solution.median_us),
+        report.format_us(bench.reference.median_us),
         report._ratio_cell(columns, "speedup"),
         note if record.status == status.OK else record.detail,
     ]
