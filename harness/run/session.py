@@ -42,6 +42,7 @@ class Session:
         self.folder = settings.places.results_dir / machine.slug(self.machine)
         self.recording = recording
         self._ceiling: dict[str, Any] | None = None
+        self._earlier: dict[str, RunRecord] | None = None  # by content, read once (on a CPU)
         self._check_places()
 
     def _check_places(self) -> None:
@@ -160,10 +161,9 @@ class Session:
         log_path = self.settings.places.log_dir / self.run_id / log_name
         content = toolchain.source_hash(solution)
         reason = missing_model_new(solution)
-        known = self._known_no_gpu(content)
         if reason:
             result = isolate.failure(status.LOAD_ERROR, reason)
-        elif known:
+        elif known := self._known_no_gpu(content):
             result = known
         else:
             job = self._job(source, solution, log_path, content)
@@ -216,13 +216,16 @@ class Session:
         """A CUDA solution on the CPU, without a worker (about 3 s saved), where an earlier
         record of the same content says it is `no_gpu` here: not compiled, or, with
         --compile-cuda, compiled for the same target by that run (its build is cached)."""
-        log = self.folder / record.LOG_NAME
-        if self.device.type != "cpu" or not log.exists():
+        if self.device.type != "cpu":
             return None
-        earlier = [r for r in record.read(self.folder) if r.solution_hash == content]
-        if not earlier or earlier[-1].status != status.NO_GPU:
+        if self._earlier is None:  # the log as the run began: its newest record of each content
+            log = self.folder / record.LOG_NAME
+            earlier = record.read(self.folder) if log.exists() else []
+            self._earlier = {r.solution_hash: r for r in earlier}
+        last = self._earlier.get(content)
+        if last is None or last.status != status.NO_GPU:
             return None
-        last, skipped = earlier[-1], cuda_not_asked(self.device, self.settings)
+        skipped = cuda_not_asked(self.device, self.settings)
         compiled = [b.name for b in last.builds or () if b.cuda]
         if skipped and (compiled or last.detail.startswith("not compiled: ")):
             return isolate.failure(status.NO_GPU, f"not compiled: {skipped}")
