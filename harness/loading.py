@@ -62,6 +62,7 @@ class Problem:
     rtol: float | None
     count_bytes: Callable[[list[Any], Any], int] | None = None
     count_flops: Callable[[list[Any], Any], int] | None = None
+    backward: bool = False  # BACKWARD = True: the gradients are judged too
 
 
 def import_file(path: Path) -> ModuleType:
@@ -111,7 +112,12 @@ def problem_from_module(name: str, path: Path, module: ModuleType) -> Problem:
     cases = (default, *_read_cases(module, "CASES", path, default))
     benchmarks = (default, *_read_cases(module, "BENCHMARKS", path, default))
     counters = {key: _optional_callable(module, key, path) for key in COUNTERS}
-    return Problem(name, path, module.Model, cases, benchmarks, atol, rtol, **counters)
+    backward = getattr(module, "BACKWARD", False)
+    if not isinstance(backward, bool):
+        raise UserError(f"{path}: BACKWARD must be True or False, not {backward!r}")
+    return Problem(
+        name, path, module.Model, cases, benchmarks, atol, rtol, **counters, backward=backward
+    )
 
 
 def _optional_callable(module: ModuleType, attr: str, path: Path) -> Any:

@@ -33,7 +33,7 @@ from harness.inputs import (
 )
 from harness.loading import Case, Problem
 from harness.matching import DTYPE_DEFAULT, Tolerance, mismatch, tolerance
-from harness.measure import anticheat
+from harness.measure import anticheat, gradients
 from harness.settings import Checking
 
 __all__ = ["Counted", "Verdict", "build_models", "check_cases", "check_once"]
@@ -72,6 +72,10 @@ def check_cases(
                 status.PROBLEM_ERROR, "get_inputs", make_inputs, case, trial_seed, device
             )
             verdict = check_once(problem, case, models, inputs, device, checking.tolerance)
+            if not verdict and problem.backward and not case.invalid:
+                verdict = gradients.check(
+                    problem, case, models, inputs, device, checking.tolerance, trial_seed
+                )
             if verdict:
                 raise Verdict(status.INCORRECT, f"case {case.name!r}, seed {trial_seed}: {verdict}")
             checks += 1
