@@ -19,6 +19,7 @@ measure/   the worker process, one per solution: builds, checks and times it
     builds     watch the extension builds a solution makes
     sourcemap  point a compiler error in load_inline's generated files at the solution's .py
     checking   build Model and ModelNew alike and check every case
+    gradients  the backward of a BACKWARD problem: every input's and parameter's gradient
     anticheat  the rules each inspected call must keep (inputs, aliasing, late work, poison)
     feeding    fresh inputs for every timed call, and spot checks of timed outputs
     integrity  notice a solution replacing the clocks, timers or the harness's functions
