@@ -117,6 +117,7 @@ class BenchRow:
     compile: CompileBaseline | None = None
     vs_compile: Interval | None = None  # speedup over `compile`, unless it gave a wrong answer
     witness: Witness | None = None  # what Nsight Compute counted (run.py --ncu)
+    backward: str | None = None  # "backward" or "forward+backward": a pass's row, else None
 
     def to_dict(self) -> dict[str, Any]:
         data = {
@@ -140,6 +141,7 @@ class BenchRow:
             "compile": self.compile.to_dict() if self.compile else None,
             "vs_compile": _interval_dict(self.vs_compile),
             "witness": self.witness.to_dict() if self.witness else None,
+            "backward": self.backward,
         }
         return {**data, **{k: v for k, v in present_only.items() if v is not None}}
 
@@ -165,6 +167,7 @@ class BenchRow:
             compile=CompileBaseline.from_dict(compiled) if compiled else None,
             vs_compile=_interval(data.get("vs_compile")),
             witness=Witness.from_dict(witness) if witness else None,
+            backward=data.get("backward"),
         )
 
 

@@ -5,20 +5,22 @@ forward's rule, named in the report."""
 from __future__ import annotations
 
 import dataclasses
-from typing import Any
+from typing import Any, ClassVar
 
 import torch
 import torch.nn.functional as F
 
 from harness import status
 from harness.errors import Verdict
-from harness.loading import load_problem
+from harness.loading import Case, import_file, load_problem
+from harness.measure.benchmarking import time_benchmarks
 from harness.measure.checking import check_cases
-from harness.settings import Checking
+from harness.settings import Checking, Settings, StopRule, Timing
 from tests.conftest import REPO
 
 LLTM = load_problem("lltm", REPO / "problems" / "lltm" / "reference.py")
 Reference = LLTM.model
+cell_inputs = import_file(LLTM.path).cell_inputs
 
 
 def judged(model_new: type) -> str:
@@ -96,3 +98,108 @@ def test_without_backward_only_the_forward_is_judged() -> None:
     checking = Checking(trials=1, seed=3)
     assert check_cases(forward_only, WrongBackward, torch.device("cpu"), checking) == 4
     assert check_cases(forward_only, Detached, torch.device("cpu"), checking) == 4
+
+
+SMALL = dataclasses.replace(
+    LLTM, benchmarks=(Case("small", lambda: [4, 8], lambda: cell_inputs(6, 4, 8)),)
+)
+QUICK = Settings(device="cpu", timing=Timing(rule=StopRule(min_samples=3, max_samples=3)))
+
+
+class OwnCell(torch.autograd.Function):  # the cell with a hand-written backward, in Python
+    @staticmethod
+    def forward(ctx: Any, x: Any, weights: Any, bias: Any, old_cell: Any) -> Any:
+        ctx.save_for_backward(x, weights, bias, old_cell)
+        with torch.enable_grad():
+            return _cell(x, weights, bias, old_cell)
+
+    @staticmethod
+    def backward(ctx: Any, grad_h: Any, grad_cell: Any) -> Any:
+        saved = [t.detach().requires_grad_(True) for t in ctx.saved_tensors]
+        with torch.enable_grad():
+            outputs = _cell(*saved)
+            return torch.autograd.grad(outputs, saved, (grad_h, grad_cell))
+
+
+def _cell(x: Any, weights: Any, bias: Any, old_cell: Any) -> tuple[Any, Any]:
+    i, o, c = F.linear(x, weights, bias).chunk(3, 1)
+    new_cell = old_cell + torch.sigmoid(i) * F.elu(c)
+    return torch.tanh(new_cell) * torch.sigmoid(o), new_cell
+
+
+class OwnBackward(Reference):
+    def forward(self, input: Any, old_h: Any, old_cell: Any) -> Any:
+        x = torch.cat([old_h, input], 1)
+        return OwnCell.apply(x, self.weights, self.bias, old_cell)
+
+
+class StaleBackward(torch.autograd.Function):  # its first backward's answer, ever after
+    kept: ClassVar[list[Any]] = []
+
+    @staticmethod
+    def forward(ctx: Any, x: torch.Tensor) -> torch.Tensor:
+        return x.clone()
+
+    @staticmethod
+    def backward(ctx: Any, grad: torch.Tensor) -> torch.Tensor:
+        if not StaleBackward.kept or StaleBackward.kept[0].shape != grad.shape:
+            StaleBackward.kept[:] = [grad.clone()]
+        return StaleBackward.kept[0]
+
+
+class Stale(Reference):
+    def forward(self, input: Any, old_h: Any, old_cell: Any) -> Any:
+        new_h, new_cell = super().forward(input, old_h, old_cell)
+        return new_h, StaleBackward.apply(new_cell)
+
+
+class ScribbleBackward(torch.autograd.Function):  # a right answer, its upstream overwritten
+    @staticmethod
+    def forward(ctx: Any, x: torch.Tensor) -> torch.Tensor:
+        return x.clone()
+
+    @staticmethod
+    def backward(ctx: Any, grad: torch.Tensor) -> torch.Tensor:
+        answer = grad.clone()
+        grad.zero_()
+        return answer
+
+
+class Scribbles(Reference):
+    def forward(self, input: Any, old_h: Any, old_cell: Any) -> Any:
+        new_h, new_cell = super().forward(input, old_h, old_cell)
+        return ScribbleBackward.apply(new_h), new_cell
+
+
+def timed(model_new: type) -> list[dict[str, Any]] | str:
+    try:
+        return time_benchmarks(SMALL, model_new, torch.device("cpu"), QUICK)
+    except Verdict as verdict:
+        return f"{verdict.status}: {verdict.detail}"
+
+
+def test_backward_and_forward_backward_are_rows_of_their_own_with_who_wrote_the_backward() -> None:
+    by_autograd, by_own = timed(SameOps), timed(OwnBackward)
+    assert not isinstance(by_autograd, str) and not isinstance(by_own, str)
+    names = ["small", "small backward", "small forward+backward"]
+    assert [r["name"] for r in by_autograd] == names == [r["name"] for r in by_own]
+    for row in by_autograd + by_own:
+        assert row["solution"]["median_us"] > 0 and row["reference"]["median_us"] > 0
+        assert 0 < row["speedup"]["low"] <= row["speedup"]["value"] <= row["speedup"]["high"]
+    autograd_note = "backward: PyTorch autograd through the solution's forward"
+    assert [autograd_note in (r["note"] or "") for r in by_autograd] == [False, True, True]
+    assert not any(r["note"] for r in by_own)
+
+
+def test_a_backward_that_keeps_its_first_answer_is_caught_on_fresh_upstream_gradients() -> None:
+    StaleBackward.kept.clear()
+    verdict = timed(Stale)
+    assert isinstance(verdict, str)
+    assert verdict.startswith(f"{status.INCORRECT}: benchmark 'small"), verdict
+
+
+def test_a_backward_that_writes_to_its_upstream_gradient_is_rejected() -> None:
+    verdict = timed(Scribbles)
+    assert isinstance(verdict, str)
+    assert verdict.startswith("rejected: ") and "[rule: input_mutated]" in verdict, verdict
+    assert "its backward wrote to the upstream gradient of output 0" in verdict

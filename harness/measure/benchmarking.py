@@ -32,21 +32,18 @@ from harness import accuracy, stats, status
 from harness.inputs import Seeds, make_inputs, replicate_all
 from harness.loading import Case, Problem
 from harness.matching import mismatch, tolerance
-from harness.measure import anticheat, feeding, gpustate, roofline, timing
+from harness.measure import anticheat, feeding, gpustate, gradients, passes, roofline, timing
+from harness.measure import calls as calls_
 from harness.measure.checking import (
     Counted,
     Verdict,
     build_models,
     check_once,
-    describe_error,
     guard,
 )
 from harness.settings import Settings
 
 LAUNCH_BOUND_FACTOR = 3.0  # a median under this many floors is mostly launch cost
-MAX_GRAPH_SETS = 256
-FEED_BYTES = 1 << 30  # input sets per side for the timed calls: at most this many bytes ...
-FEED_SETS = (2, 4)  # ... and between this many sets
 FINAL_CHECKS = 2  # timed-path calls checked after sampling, whatever the dice said
 UNSEEN_FACTOR = 3.0  # wall time per call above this many times the timed (or host) time ...
 UNSEEN_SLACK_US = 50.0  # ... plus this is work the events did not see
@@ -88,15 +85,56 @@ def time_benchmarks(
         label = f"benchmark {bench.name!r}"
         checker = _spot_checker(problem, bench, models[0], device, settings, label)
         row.update(_sample(calls, bench, seed, inputs, device, settings, timer, checker))
-        solution_us = row["solution"]["median_us"]
-        row["floor_us"] = floor
-        row["launch_bound"] = bool(
-            floor and row["mode"] == "cuda_events" and solution_us < LAUNCH_BOUND_FACTOR * floor
-        )
-        rows.append(row)
+        rows.append(_floored(row, floor))
+        if problem.backward:
+            drawn = (seed, inputs, output)
+            rows += _pass_rows(problem, bench, models, drawn, device, settings, (timer, floor))
         if counted:
-            counted(len(rows), len(problem.benchmarks))
+            counted(index + 1, len(problem.benchmarks))
     return rows
+
+
+def _pass_rows(
+    problem: Problem,
+    bench: Case,
+    models: tuple[Any, Any],
+    drawn: tuple[int, list[Any], Any],
+    device: torch.device,
+    settings: Settings,
+    timed: tuple[timing.Timer, float | None],
+) -> list[dict[str, Any]]:
+    """The backward and forward+backward rows of one benchmark (harness.measure.passes), after
+    its gradients are checked on the benchmark's own inputs."""
+    seed, inputs, output = drawn
+    timer, floor = timed
+    tolerance_ = settings.checking.tolerance
+    verdict = gradients.check(problem, bench, models, inputs, device, tolerance_, seed)
+    if verdict:
+        raise Verdict(status.INCORRECT, f"benchmark {bench.name!r}: {verdict}")
+    params = gradients.comparable_params(*models)
+    note = passes.described(passes.backward_by(models[1], replicate_all(inputs, device)))
+    rows = []
+    for kind in passes.KINDS:
+        step = passes.Pass(kind, output, params)
+        name = passes.row_name(bench.name, kind)
+        check = passes.Training(models[0], step.count, params)
+        checker = _spot_checker(problem, bench, check, device, settings, f"benchmark {name!r}")
+        calls = {"reference": models[0], "solution": models[1]}
+        row: dict[str, Any] = {"name": name, "inputs": describe_inputs(inputs), "backward": kind}
+        row.update(_sample(calls, bench, seed, inputs, device, settings, timer, checker, step))
+        row["note"] = "; ".join(n for n in (row["note"], note) if n) or None
+        rows.append(_floored(row, floor))
+    return rows
+
+
+def _floored(row: dict[str, Any], floor: float | None) -> dict[str, Any]:
+    """`row` with the launch floor, and whether its median is mostly launch cost."""
+    row["floor_us"] = floor
+    solution_us = row["solution"]["median_us"]
+    row["launch_bound"] = bool(
+        floor and row["mode"] == "cuda_events" and solution_us < LAUNCH_BOUND_FACTOR * floor
+    )
+    return row
 
 
 def compile_baseline(
@@ -122,6 +160,45 @@ def compile_baseline(
         allowed = tolerance(problem, bench, settings.checking.tolerance)
         row["mismatch"] = mismatch(want, got, allowed, accuracy.Exact(eager, inputs, device))
         row.update(_sample(calls, bench, seed, inputs, device, settings, timer))
+        rows.append(row)
+        if problem.backward:
+            drawn = (seed, inputs, want)
+            rows += _compiled_passes(problem, bench, (eager, compiled), drawn, device, settings)
+    return rows
+
+
+def _compiled_passes(
+    problem: Problem,
+    bench: Case,
+    models: tuple[Any, Any],
+    drawn: tuple[int, list[Any], Any],
+    device: torch.device,
+    settings: Settings,
+) -> list[dict[str, Any]]:
+    """The compile baseline's backward and forward+backward rows: the compiled reference's
+    first backward (its compilation) timed apart, and its gradients compared with eager's."""
+    seed, inputs, output = drawn
+    eager, compiled = models
+    params = passes.param_names(eager)
+    first = passes.Pass(passes.BOTH, output, params)
+    given = first.extend(inputs, seed)
+    begin = time.perf_counter()
+    got = guard(status.RUNTIME_ERROR, "torch.compile, backward", first.wrap(compiled, []), *given)
+    _synchronize(device)
+    compile_s = time.perf_counter() - begin
+    training = first.wrap(eager, [])
+    exact = accuracy.Exact(training, given, device)
+    allowed = tolerance(problem, bench, settings.checking.tolerance)
+    differs = mismatch(training(*given), got, allowed, exact)
+    rows = []
+    for kind in passes.KINDS:
+        step = passes.Pass(kind, output, params)
+        name = passes.row_name(bench.name, kind)
+        row = {"name": name, "inputs": describe_inputs(inputs), "compile_s": compile_s}
+        row["mismatch"] = differs
+        calls = {"reference": eager, "compiled": compiled}
+        timer = _timer(device, settings)
+        row.update(_sample(calls, bench, seed, inputs, device, settings, timer, None, step))
         rows.append(row)
     return rows
 
@@ -157,11 +234,14 @@ def _sample(
     settings: Settings,
     timer: timing.Timer,
     checker: feeding.SpotChecker | None = None,
+    step: passes.Pass | None = None,
 ) -> dict[str, Any]:
     """Sample `models` side by side with `timer` (a graph timer when the calls are graph
     replays); the row's timing fields. With a `checker`, the solution's timed calls are spot
-    checked and its work cross-checked with a wall clock."""
-    calls, per_call, note = _calls(models, bench, seed, inputs, device, settings, checker)
+    checked and its work cross-checked with a wall clock. With a `step`, each call is that
+    backward pass of its model, on upstream gradients and inputs (harness.measure.passes)."""
+    fed = calls_.make_calls(models, (bench, seed), inputs, device, settings, checker, step)
+    calls, per_call, note = fed
     probe = gpustate.open_probe(device) if device.type == "cuda" else None
     if per_call > 1:
         timer = _timer(device, settings, graphed=True)
@@ -236,85 +316,6 @@ def check_seen(feed: feeding.Feed, timed_us: float, host_us: float | None, devic
             "finish all work on the current stream",
         )
     return statistics.median(means)
-
-
-def _calls(
-    models: dict[str, Any],
-    bench: Case,
-    seed: int,
-    inputs: list[Any],
-    device: torch.device,
-    settings: Settings,
-    checker: feeding.SpotChecker | None = None,
-) -> tuple[dict[str, Callable[[], object]], int, str | None]:
-    """The zero-argument calls to time, how many model calls each makes, and a note."""
-    if settings.timing.mode(device.type) == "cuda_graph":
-        try:
-            sets = _graph_sets(bench, seed, inputs, device)
-            replays = {name: _graphed(model, sets, device) for name, model in models.items()}
-            return replays, len(sets), None
-        except Exception as err:  # not capturable: time it call by call, and say so
-            torch.cuda.synchronize(device)
-            note = f"CUDA graph capture failed ({describe_error(err)}); timed call by call"
-            return _fed(models, bench, seed, inputs, device, checker), 1, note
-    return _fed(models, bench, seed, inputs, device, checker), 1, None
-
-
-def _fed(
-    models: dict[str, Any],
-    bench: Case,
-    seed: int,
-    inputs: list[Any],
-    device: torch.device,
-    checker: feeding.SpotChecker | None,
-) -> dict[str, Callable[[], object]]:
-    """Each model fed from its own copies of the same input sets (harness.feeding); the
-    solution's calls spot-checked by `checker`."""
-    each = max(roofline.tensor_bytes(inputs), 1)
-    count = min(FEED_SETS[1], max(FEED_SETS[0], FEED_BYTES // each))
-    sets = _input_sets(bench, seed, inputs, device, count)
-    return {
-        name: feeding.Feed(
-            model,
-            [replicate_all(s, device) for s in sets],
-            checker if name == "solution" else None,
-        )
-        for name, model in models.items()
-    }
-
-
-def _graph_sets(bench: Case, seed: int, inputs: list[Any], device: torch.device) -> list[list[Any]]:
-    """Enough input sets that together they exceed twice the L2 (at least 2, at most 256)."""
-    l2 = torch.cuda.get_device_properties(device).L2_cache_size
-    each = max(roofline.tensor_bytes(inputs), 1)
-    count = min(MAX_GRAPH_SETS, max(2, math.ceil(2 * l2 / each)))
-    return _input_sets(bench, seed, inputs, device, count)
-
-
-def _input_sets(
-    bench: Case, seed: int, inputs: list[Any], device: torch.device, count: int
-) -> list[list[Any]]:
-    """`inputs` and `count - 1` more sets, drawn from the seeds after `seed`."""
-    return [inputs] + [
-        guard(status.PROBLEM_ERROR, "get_inputs", make_inputs, bench, seed + k, device)
-        for k in range(1, count)
-    ]
-
-
-def _graphed(model: Any, sets: list[list[Any]], device: torch.device) -> Callable[[], object]:
-    """A replay of one CUDA graph calling `model` once on each input set."""
-    own = [replicate_all(inputs, device) for inputs in sets]
-    side = torch.cuda.Stream(device)
-    side.wait_stream(torch.cuda.current_stream(device))
-    with torch.cuda.stream(side), torch.no_grad():
-        for inputs in own[:2]:  # warm up off the capture, as torch's graph docs ask
-            model(*inputs)
-    torch.cuda.current_stream(device).wait_stream(side)
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph), torch.no_grad():
-        for inputs in own:
-            model(*inputs)
-    return graph.replay
 
 
 def _synchronize(device: torch.device) -> None:

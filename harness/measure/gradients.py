@@ -20,13 +20,14 @@ import torch
 from harness import accuracy, status
 from harness.errors import Verdict
 from harness.loading import Case, Problem
-from harness.matching import leaves, mismatch, tolerance
+from harness.matching import mismatch, tolerance
+from harness.measure import anticheat, passes
 from harness.tolerance import Tolerance
 
 
 class Gradients(torch.nn.Module):
     """forward(*inputs) -> the gradients of `model` on `inputs`: of each floating-point input,
-    then of each parameter in `params`, for the upstream gradient drawn from `seed`."""
+    then of each parameter in `params`, for the upstream gradients drawn from `seed`."""
 
     def __init__(self, model: Any, params: list[str], seed: int) -> None:
         super().__init__()
@@ -34,29 +35,19 @@ class Gradients(torch.nn.Module):
         self.params = params
         self.seed = seed
         self.detached: list[int] = []  # outputs that did not require grad, by place
+        self.mutated: list[int] = []  # outputs whose upstream gradient the backward changed
 
     def forward(self, *inputs: Any) -> tuple[Any, ...]:
         with torch.enable_grad():
             copies = [_leaf(value) for value in inputs]
-            self.model.zero_grad(set_to_none=True)
-            outputs = [o for o in leaves(self.model(*copies)) if _is_float(o)]
+            outputs = passes.float_outputs(self.model(*copies))
             self.detached = [i for i, o in enumerate(outputs) if not o.requires_grad]
-            traced = [(i, o) for i, o in enumerate(outputs) if o.requires_grad]
-            if traced:
-                ups = [self._upstream(o, i) for i, o in traced]
-                torch.autograd.backward([o for _, o in traced], ups)
-            named = dict(self.model.named_parameters())
-            grads = [c.grad for c in copies if _is_float(c)]
-            return (*grads, *(named[name].grad for name in self.params))
-
-    def _upstream(self, output: torch.Tensor, place: int) -> torch.Tensor:
-        """The upstream gradient of the output at `place`: float32 draws from the seed, cast to
-        the output's dtype, so a float64 copy of the model gets the same values."""
-        generator = torch.Generator(device=output.device).manual_seed(self.seed + 7919 * place)
-        draws = torch.randn(
-            output.shape, generator=generator, device=output.device, dtype=torch.float32
-        )
-        return draws.to(output.dtype)
+            ups = passes.upstream(outputs, self.seed)
+            kept = [u.clone() for u in ups]
+            grads = passes.gradients(outputs, ups, passes.wanted(self.model, copies, self.params))
+            changed = [not torch.equal(u, k) for u, k in zip(ups, kept, strict=True)]
+            self.mutated = [i for i, c in enumerate(changed) if c]
+            return grads
 
 
 def check(
@@ -72,11 +63,17 @@ def check(
     mismatch, named ("the gradient of old_h: ..."); a solution whose outputs carry no
     gradient, or that lacks a parameter to compare, is `incorrect` with that reason."""
     reference, solution = models
-    params = _comparable_params(reference, solution)
+    params = comparable_params(reference, solution)
     names = [*_input_names(reference, inputs), *(f"parameter {p}" for p in params)]
     expected = Gradients(reference, params, seed)
     got = Gradients(solution, params, seed)
     wanted, given = expected(*inputs), got(*inputs)
+    if got.mutated:
+        raise anticheat.reject(
+            "input_mutated",
+            f"its backward wrote to the upstream gradient of output {got.mutated[0]}: a "
+            "backward must leave the gradients it is given unchanged (write to a new tensor)",
+        )
     lost = sorted(set(got.detached) - set(expected.detached))
     if lost:
         return (
@@ -91,7 +88,7 @@ def check(
     return _named(report, names) if report else None
 
 
-def _comparable_params(reference: Any, solution: Any) -> list[str]:
+def comparable_params(reference: Any, solution: Any) -> list[str]:
     """The reference's parameters that take a gradient, each of which the solution must have
     under the same name and shape (the weights copied to it were matched so, too)."""
     theirs = dict(solution.named_parameters())
@@ -119,7 +116,7 @@ def _input_names(model: Any, inputs: list[Any]) -> list[str]:
     return [
         given[i] if i < len(given) else f"input {i}"
         for i, value in enumerate(inputs)
-        if _is_float(value)
+        if passes.is_float(value)
     ]
 
 
@@ -132,8 +129,5 @@ def _named(report: str, names: list[str]) -> str:
 
 
 def _leaf(value: Any) -> Any:
-    return value.detach().clone().requires_grad_(True) if _is_float(value) else value
-
-
-def _is_float(value: Any) -> bool:
-    return isinstance(value, torch.Tensor) and value.is_floating_point()
+    """A leaf copy: a solution that writes to its input's storage cannot reach the caller's."""
+    return value.detach().clone().requires_grad_(True) if passes.is_float(value) else value

@@ -117,7 +117,12 @@ def witness_rows(
     spec_path = log.with_suffix(".ncu.json")
     spec_path.write_text(json.dumps({**spec, "settings": settings.to_dict()}), encoding="utf-8")
     witnessed, warnings = [], []
-    for index, row in enumerate(rows):
+    index = -1  # the benchmark's place among the forward rows
+    for row in rows:
+        if row.backward:  # a backward pass's row: no witness
+            witnessed.append(row)
+            continue
+        index += 1
         note(f"ncu: counting the bytes of one call on {row.name}")
         report = log.with_suffix(f".ncu{index}.csv")
         try:
