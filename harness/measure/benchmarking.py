@@ -51,7 +51,7 @@ UNSEEN_SLACK_US = 50.0  # ... plus this is work the events did not see
 # 2 cores in CI's own runs) nearly every 5 ms batch was preempted, honest calls read 5-100x
 # their timed figure and were rejected; the least of many 1 ms batches is rarely preempted.
 SEEN_BATCHES = 12
-SEEN_BATCH_US = 1000.0  # ... each about this long (at least 3 calls, at most 200)
+SEEN_BATCH_US = 1000.0  # ... each about this long (1 to 200 calls; 3 batches of longer calls)
 
 
 def time_benchmarks(
@@ -293,13 +293,15 @@ def check_seen(feed: feeding.Feed, timed_us: float, host_us: float | None, devic
     some batches, while work the events missed slows every one. Returns the median batch mean,
     what a loop of these calls typically costs per call, in microseconds.
     """
-    seen_us = max(timed_us, host_us or 0.0)
-    count = min(200, max(3, math.ceil(SEEN_BATCH_US / max(seen_us, 1.0))))
+    seen_us = max(timed_us, host_us or 0.0, 1.0)
+    count = min(200, max(1, math.ceil(SEEN_BATCH_US / seen_us)))
+    # Calls longer than a batch are rarely preempted whole: three batches of one call do
+    batches = min(SEEN_BATCHES, max(3, math.ceil(SEEN_BATCHES * SEEN_BATCH_US / seen_us)))
     threads = set(threading.enumerate())
     means = []
     with torch.no_grad():
         feed.settle()  # these calls are not spot checked
-        for _ in range(SEEN_BATCHES):
+        for _ in range(batches):
             anticheat.wait_for_all(device, threads)
             begin = time.perf_counter()
             for _ in range(count):
@@ -311,7 +313,7 @@ def check_seen(feed: feeding.Feed, timed_us: float, host_us: float | None, devic
         raise anticheat.reject(
             "unseen_work",
             f"each call takes {least_us:.1f} us of wall time once the device and its threads "
-            f"are waited for (the least of {SEEN_BATCHES} batches of {count}), against "
+            f"are waited for (the least of {batches} batches of {count}), against "
             f"{timed_us:.1f} us timed: work the timer did not see (another stream, a thread); "
             "finish all work on the current stream",
         )

@@ -234,13 +234,16 @@ def bench_vs_compile(bench: BenchRow) -> Interval | None:
 
 
 def bench_label(bench: BenchRow) -> str:
-    """'512x1024' for the default benchmark (its first tensor's shape), else its own name."""
-    if bench.name != "default":
+    """'512x1024' for the default benchmark (its first tensor's shape), else its own name; a
+    backward pass's row keeps its pass after it ('512x1024 backward')."""
+    suffix = f" {bench.backward}" if bench.backward else ""
+    if bench.name != f"default{suffix}":
         return bench.name
     for described in bench.inputs:
         if "[" in described:
-            return described.split("[", 1)[1].rstrip("]").replace(",", "x") or "scalar"
-    return "default"
+            shape = described.split("[", 1)[1].rstrip("]").replace(",", "x") or "scalar"
+            return shape + suffix
+    return bench.name
 
 
 def _device_note(record: RunRecord) -> str:
