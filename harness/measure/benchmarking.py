@@ -179,6 +179,9 @@ def _compiled_passes(
     first backward (its compilation) timed apart, and its gradients compared with eager's."""
     seed, inputs, output = drawn
     eager, compiled = models
+    # A compiled backward frees ("donates") buffers it no longer needs unless told not to, and
+    # then refuses the retained graph that the backward row runs through again and again.
+    torch._functorch.config.donated_buffer = False
     params = passes.param_names(eager)
     first = passes.Pass(passes.BOTH, output, params)
     given = first.extend(inputs, seed)

@@ -57,10 +57,13 @@ def upstream(output: Any, seed: int) -> list[torch.Tensor]:
 
 
 def gradients(
-    outputs: list[torch.Tensor], ups: list[torch.Tensor], wanted: list[torch.Tensor]
+    outputs: list[torch.Tensor],
+    ups: list[torch.Tensor],
+    wanted: list[torch.Tensor],
+    retain: bool = False,
 ) -> tuple[Any, ...]:
-    """The gradients of `wanted` from `outputs` with `ups` (None where none reaches one), the
-    graph kept for another backward."""
+    """The gradients of `wanted` from `outputs` with `ups` (None where none reaches one); with
+    `retain`, the graph is kept for another backward."""
     traced = [(o, u) for o, u in zip(outputs, ups, strict=True) if o.requires_grad]
     if not traced:
         return tuple(None for _ in wanted)
@@ -68,7 +71,7 @@ def gradients(
         [o for o, _ in traced],
         wanted,
         [u for _, u in traced],
-        retain_graph=True,
+        retain_graph=retain,
         allow_unused=True,
     )
 
@@ -120,7 +123,7 @@ class Backward:
 
     def __call__(self, *args: Any) -> tuple[Any, ...]:
         outputs, taking = self.graphs[_key(args[self.count :])]
-        return gradients(outputs, list(args[: self.count]), taking)
+        return gradients(outputs, list(args[: self.count]), taking, retain=True)
 
 
 def backward_by(model: Any, inputs: list[Any]) -> str:
