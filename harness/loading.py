@@ -65,13 +65,16 @@ class Problem:
     backward: bool = False  # BACKWARD = True: the gradients are judged too
 
 
-def import_file(path: Path) -> ModuleType:
+def import_file(path: Path | str) -> ModuleType:
     """Import the Python file at `path` as a fresh module with a unique name.
 
-    The file's folder goes on sys.path first, so a file may import its neighbours (a
-    GPUCodeForces solution imports `example_torchcode`, say). Exceptions propagate.
+    The file's folder leads sys.path while the file is imported, so its imports may name its
+    neighbours (a GPUCodeForces solution imports `example_torchcode`, say), and is taken off
+    again after: a neighbour named like a package found later (`solutions/lltm/cuda.py`, and
+    the `cuda.bindings` that torch looks for when a spawned worker imports it) shadows nothing
+    afterwards, here or in the workers this process spawns. Exceptions propagate.
     """
-    path = path.resolve()
+    path = Path(path).resolve()
     digest = hashlib.sha1(str(path).encode()).hexdigest()[:10]
     module_name = f"harness_loaded_{path.stem}_{digest}"
     spec = importlib.util.spec_from_file_location(module_name, path)
@@ -79,10 +82,15 @@ def import_file(path: Path) -> ModuleType:
         raise UserError(f"{path} cannot be imported as a Python module")
     module = importlib.util.module_from_spec(spec)
     folder = str(path.parent)
-    if folder not in sys.path:
+    added = folder not in sys.path
+    if added:
         sys.path.insert(0, folder)
     sys.modules[module_name] = module
-    spec.loader.exec_module(module)
+    try:
+        spec.loader.exec_module(module)
+    finally:
+        if added and folder in sys.path:
+            sys.path.remove(folder)
     return module
 
 

@@ -1,6 +1,8 @@
 """Reading a reference: the KernelBench contract and the optional extras."""
 
+import importlib.util
 import re
+import sys
 from pathlib import Path
 
 import pytest
@@ -107,3 +109,16 @@ def test_a_file_may_import_its_neighbours(tmp_path: Path) -> None:
     write(tmp_path, "VALUE = 42\n", name="example_torchcode.py")
     module = import_file(write(tmp_path, "from example_torchcode import VALUE\n", "sol.py"))
     assert module.VALUE == 42
+
+
+def test_a_files_folder_is_on_the_import_path_only_while_it_is_imported(tmp_path: Path) -> None:
+    # solutions/lltm/cuda.py: a worker spawned after it was imported found it as torch's
+    # `cuda.bindings` while its folder stayed on sys.path, and could not import torch
+    write(tmp_path, "SHADOW = True\n", name="harness_test_neighbour.py")
+    module = import_file(
+        write(tmp_path, "import harness_test_neighbour as n\nV = n.SHADOW\n", "s.py")
+    )
+    assert module.V is True
+    assert str(tmp_path) not in sys.path
+    del sys.modules["harness_test_neighbour"]
+    assert importlib.util.find_spec("harness_test_neighbour") is None

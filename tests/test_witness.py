@@ -181,3 +181,20 @@ def test_a_cpu_run_with_ncu_records_why_there_is_no_witness(cli: CliRun) -> None
     assert record["settings"]["ncu"] is True
     assert "ncu witness skipped: the solution ran on the CPU" in record["warnings"]
     assert all("witness" not in bench for bench in record["benchmarks"])
+
+
+def test_a_backward_pass_row_gets_no_witness_and_the_forward_rows_keep_their_places(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(ncu, "find_ncu", lambda: str(fake_ncu(tmp_path, WRITES_REPORT)))
+    settings = Settings(device="cuda:0", ncu=True, limits=Limits(run_s=5.0))
+    small, large = make.bench(10.0, 20.0, name="small"), make.bench(10.0, 20.0, name="large")
+    passes = [replace(small, name=f"small {kind}", backward=kind) for kind in ("backward", "b+f")]
+    log = tmp_path / "logs" / "01-toy--s.log"
+    rows, warnings = ncu.witness_rows(settings, "cuda:0", SPEC, [small, *passes, large], log, print)
+    assert warnings == []
+    assert [row.witness is not None for row in rows] == [True, False, False, True]
+    assert sorted(p.name for p in log.parent.glob("*.ncu*.csv")) == [
+        "01-toy--s.ncu0.csv",
+        "01-toy--s.ncu1.csv",
+    ]
