@@ -163,7 +163,8 @@ def compile_baseline(
         rows.append(row)
         if problem.backward:
             drawn = (seed, inputs, want)
-            rows += _compiled_passes(problem, bench, (eager, compiled), drawn, device, settings)
+            timed = (device, settings, timer)
+            rows += _compiled_passes(problem, bench, (eager, compiled), drawn, timed)
     return rows
 
 
@@ -172,12 +173,12 @@ def _compiled_passes(
     bench: Case,
     models: tuple[Any, Any],
     drawn: tuple[int, list[Any], Any],
-    device: torch.device,
-    settings: Settings,
+    timed: tuple[torch.device, Settings, timing.Timer],
 ) -> list[dict[str, Any]]:
     """The compile baseline's backward and forward+backward rows: the compiled reference's
     first backward (its compilation) timed apart, and its gradients compared with eager's."""
     seed, inputs, output = drawn
+    device, settings, timer = timed
     eager, compiled = models
     # A compiled backward frees ("donates") buffers it no longer needs unless told not to, and
     # then refuses the retained graph that the backward row runs through again and again.
@@ -200,7 +201,6 @@ def _compiled_passes(
         row = {"name": name, "inputs": describe_inputs(inputs), "compile_s": compile_s}
         row["mismatch"] = differs
         calls = {"reference": eager, "compiled": compiled}
-        timer = _timer(device, settings)
         row.update(_sample(calls, bench, seed, inputs, device, settings, timer, None, step))
         rows.append(row)
     return rows
