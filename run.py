@@ -7,6 +7,7 @@
     python run.py --list                          what there is to run
     python run.py --all --audit                   audit the problems' references only
     python run.py --problem smooth_l1 --forget mine   drop a solution's rows from the tables
+    python run.py --problems DIR --solutions DIR --gpus all --resume   a sweep, every GPU
 
 Exit status: 0 when every solution that could run here ran and was correct (a CUDA solution
 skipped for lack of a GPU is not a failure); 1 when any solution failed; 2 for bad flags;
@@ -27,16 +28,11 @@ import signal
 import sys
 import textwrap
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 from harness import settings, status
 from harness.errors import HarnessError, UserError
+from harness.run import driving
 from harness.settings import REPO
-
-if TYPE_CHECKING:
-    from harness.record import RunRecord
-    from harness.run.discovery import ProblemSource
-    from harness.run.session import Session
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_INPUT, EXIT_HARNESS, EXIT_INTERRUPTED = 0, 1, 2, 3, 4, 130
 PROBLEMS_DIR = REPO / "problems"
@@ -59,9 +55,9 @@ class HelpFormatter(argparse.ArgumentDefaultsHelpFormatter, argparse.RawDescript
 
 
 USAGE = (
-    "run.py (--problem NAME | --all | --list | --render | --compare OLD NEW)\n"
-    + " " * 14
-    + ("[options]")
+    "run.py (--problem NAME | --all | --problems DIR | --list | --render |\n"
+    + " " * 15
+    + "--compare OLD NEW) [options]"
 )
 DESCRIPTION = """\
 examples:
@@ -70,6 +66,8 @@ examples:
                                                  your file against its reference
   python run.py --all --compile                  all, with torch.compile
   python run.py --list                           what there is to run
+  python run.py --problems suite/problems --solutions suite/solutions --gpus all
+                                                 a sweep, on every GPU
   python run.py --compare results/nvidia-h200@a000051 results/nvidia-h200
                                                  commit a000051's run against
                                                  the newest, shape by shape
@@ -98,6 +96,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         formatter_class=HelpFormatter,
     )
     _add_actions(parser)
+    driving.add_flags(parser)
     for title, description, cls, nested in SETTINGS_GROUPS:
         settings.add_flags(parser.add_argument_group(title, description), cls, nested)
     args = parser.parse_args(argv)
@@ -105,6 +104,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         parser.error("--solution needs --problem (which reference should it be checked against?)")
     if args.case is not None and not args.problem:
         parser.error("--case needs --problem (case names belong to one problem)")
+    if args.solutions and not args.problems:
+        parser.error("--solutions needs --problems (a sweep); for one problem use --solution")
     if args.audit_only and not (args.problem or args.all):
         parser.error("--audit needs --problem or --all")
     if args.forget and (not args.problem or args.solution or args.audit_only):
@@ -140,6 +141,7 @@ def _add_actions(parser: argparse.ArgumentParser) -> None:
         "folder (reference.py, or GPUCodeForces' example_torchcode.py)",
     )
     what.add_argument("--all", action="store_true", help="every problem under problems/")
+    driving.add_sweep(what)
     what.add_argument("--list", action="store_true", help="list problems and solutions, then exit")
     what.add_argument(
         "--render",
@@ -204,16 +206,20 @@ def _wrapped(text: str, first: str, rest: str) -> str:
     return textwrap.fill(text, HELP_WIDTH, initial_indent=first, subsequent_indent=rest)
 
 
-def settings_for(args: argparse.Namespace) -> settings.Settings:
+def settings_for(
+    args: argparse.Namespace, device: str | None, capability: tuple[int, int] | None
+) -> settings.Settings:
     """The run's settings from its flags, with the device, the build targets and the secret
-    resolved here, once."""
+    resolved here, once: on this host, or as a Ray cluster's judges see them (`device` and
+    `capability` given)."""
     import torch
 
     from harness import toolchain
 
-    device = pick_device(args.device)
-    on_gpu = device != "cpu"
-    capability = torch.cuda.get_device_capability(torch.device(device)) if on_gpu else None
+    if device is None:
+        device = pick_device(args.device)
+        on_gpu = device != "cpu"
+        capability = torch.cuda.get_device_capability(torch.device(device)) if on_gpu else None
     return settings.from_flags(
         args,
         device=device,
@@ -241,28 +247,6 @@ def pick_device(requested: str | None) -> str:
     if requested != "cpu":
         raise UserError(f"--device {requested!r}: use 'cuda', 'cuda:N' or 'cpu'")
     return requested
-
-
-def chosen_problems(args: argparse.Namespace) -> list[tuple[ProblemSource, list[Path]]]:
-    """The problems to run, each with the solution files to run on it."""
-    from harness.run.discovery import given_solutions, list_problems, resolve_problem
-
-    if args.all:
-        sources = [
-            resolve_problem(n, PROBLEMS_DIR, SOLUTIONS_DIR) for n in list_problems(PROBLEMS_DIR)
-        ]
-        if not sources:
-            raise UserError(f"no problems found under {PROBLEMS_DIR}")
-        return [(s, list(s.solutions)) for s in sources]
-    source = resolve_problem(args.problem, PROBLEMS_DIR, SOLUTIONS_DIR)
-    if args.solution:
-        return [(source, given_solutions(args.solution, source))]
-    if not source.solutions:
-        raise UserError(
-            f"problem {source.name!r} has no solutions: add a .py file defining ModelNew to "
-            f"{SOLUTIONS_DIR / source.name}/ or pass --solution PATH"
-        )
-    return [(source, list(source.solutions))]
 
 
 def list_everything() -> int:
@@ -304,11 +288,7 @@ def main(argv: list[str] | None = None) -> int:
 
             keeping.forget_solution(args.results_dir, args.problem, args.forget)
             return EXIT_OK
-        work = chosen_problems(args)
-        from harness.run.session import Session
-
-        session = Session(settings_for(args), recording=args.recording)
-        return run_all(session, work)
+        return driving.run_all(args, settings_for)
     except UserError as err:
         print(f"error: {err}", file=sys.stderr)
         return EXIT_INPUT
@@ -345,41 +325,6 @@ def audit_problems(args: argparse.Namespace) -> int:
         if audit.rejected(findings) and code == EXIT_OK:
             code = EXIT_FAILED
     return code
-
-
-def run_all(session: Session, work: list[tuple[ProblemSource, list[Path]]]) -> int:
-    from harness.results import comparison, rendering
-    from harness.run.session import passed
-
-    code, recorded = EXIT_OK, False
-    for source, solutions in work:
-        try:
-            done = session.run_problem(source, solutions)
-        except UserError as err:  # with --all, one broken problem does not stop the others
-            print(f"error: {err}", file=sys.stderr)
-            code = EXIT_INPUT
-            continue
-        show_results(session, source.name, done)
-        recorded = recorded or (session.recording and bool(done))
-        if not all(passed(r) for r in done) and code == EXIT_OK:
-            code = EXIT_FAILED
-    if recorded:  # only a run that recorded something rewrites the summary
-        written = rendering.render_summary(session.folder)
-        print(f"summary across problems: {written}")
-    print(comparison.run_line(session.folder, session.run_id))
-    return code
-
-
-def show_results(session: Session, problem: str, done: list[RunRecord]) -> None:
-    """This run's rows of the problem, compact (within 100 columns), and where the full table
-    is; with --no-record, that nothing was written."""
-    from harness.results import console
-
-    if not session.recording:
-        print(console.compact(problem, done, None))
-        print(f"not recorded (--no-record): nothing written under {session.folder.parent}\n")
-        return
-    print(console.compact(problem, done, session.folder / f"{problem}.md") + "\n")
 
 
 if __name__ == "__main__":

@@ -49,10 +49,18 @@ def unwritable(folder: Path) -> str | None:
 def append(folder: Path, record: dict[str, Any], name: str) -> None:
     """Append `record` to the folder's log `name` as a single JSON line."""
     line = json.dumps(record, sort_keys=True) + "\n"
-    with locked(folder), open(folder / name, "a", encoding="utf-8") as log:
+    with locked(folder), open(folder / name, "a+", encoding="utf-8") as log:
+        if log.tell() and _last_byte(folder / name) != b"\n":  # a line torn by a killed writer
+            line = "\n" + line  # stays alone, skipped by `read`; this one stays whole
         log.write(line)
         log.flush()
         os.fsync(log.fileno())
+
+
+def _last_byte(path: Path) -> bytes:
+    with open(path, "rb") as handle:
+        handle.seek(-1, os.SEEK_END)
+        return handle.read(1)
 
 
 def read(folder: Path, name: str) -> list[dict[str, Any]]:

@@ -270,6 +270,8 @@ class RunRecord:
     # Of the solution's device time in its profiled call, from 0 to 1 (harness.measure.profiling)
     own_share: float | None = None  # in its own kernels
     reference_share: float | None = None  # in kernels the reference launches too
+    reference_hash: str | None = None  # the reference's sources (toolchain.source_hash)
+    phase_s: dict[str, float] | None = None  # seconds in each step of the worker (isolate)
 
     def to_dict(self) -> dict[str, Any]:
         """The record as its JSON line holds it."""
@@ -289,6 +291,8 @@ class RunRecord:
             "build_s": self.build_s,
             "own_share": self.own_share,
             "reference_share": self.reference_share,
+            "reference_hash": self.reference_hash,
+            "phase_s": self.phase_s,
         }
         return {**data, **{k: v for k, v in present_only.items() if v is not None}}
 
@@ -318,6 +322,8 @@ def reported(data: Data) -> dict[str, Any]:
         "build_s": data.get("build_s"),
         "own_share": data.get("own_share"),
         "reference_share": data.get("reference_share"),
+        "reference_hash": data.get("reference_hash"),
+        "phase_s": data.get("phase_s"),
     }
 
 

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # What to verify on a lent GPU machine (the `device` tool), in two parts that each fit in one
 # call; outputs, results and logs are copied to $OUT.
-#   GIT_COMMIT=<sha> bash scripts/gpu_session.sh run       prebuild, run.py --all --compile
+#   GIT_COMMIT=<sha> bash scripts/gpu_session.sh run       run.py --all --compile
 #                                                          (and $RUN_FLAGS, such as --ncu)
 #   GIT_COMMIT=<sha> bash scripts/gpu_session.sh validate  a second run, validate_timing.py,
 #                                                          run.py --compare, a --graph run
@@ -43,8 +43,7 @@ gpu=$($python -c 'import torch, re; print(re.sub("[^a-z0-9]+", "-", torch.cuda.g
 first=$state/results/$gpu second=$state/second/$gpu
 
 if [ "$part" = run ]; then
-  step prebuild 240 $python scripts/prebuild.py --jobs 8
-  step run-all 420 $python run.py --all --compile ${RUN_FLAGS:-} --results-dir "$state/results"
+  step run-all 560 $python run.py --all --compile ${RUN_FLAGS:-} --results-dir "$state/results"
 elif [ "$part" = validate ]; then
   # The same code again, reusing the first run's copy ceiling and compile baseline.
   mkdir -p "$second" && cp "$first"/{ceiling.json,baselines.jsonl} "$second/"

@@ -27,6 +27,7 @@ import pytest
 import run
 from harness.record import LOG_NAME
 from harness.record import read as read_records
+from harness.run import driving
 from harness.run.discovery import ProblemSource, resolve_problem
 from harness.run.session import Session
 from harness.settings import Checking, Limits, Places, Settings, StopRule, Timing
@@ -137,7 +138,7 @@ def test_broken_problems_among_others_do_not_stop_the_run(
         (problem_source(TOY), good),
         (problem_source(Path(fault("problem_no_get_inputs"))), good),
     ]
-    assert run.run_all(session, work) == run.EXIT_INPUT
+    assert driving.run_work(session, work) == run.EXIT_INPUT
     err = capfd.readouterr().err
     assert "Traceback" not in err
     errors = [line for line in err.splitlines() if line.startswith("error:")]

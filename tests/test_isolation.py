@@ -1,7 +1,14 @@
 """Each solution runs in its own process: whatever it does, the run goes on with a verdict."""
 
+from dataclasses import replace
+from pathlib import Path
+
 import pytest
 
+from harness.measure.worker import Job
+from harness.run import isolate
+from harness.run.pool import LocalSlot
+from harness.settings import Checking, Places, Settings, StopRule, Timing
 from tests.conftest import TOY, CliRun, toy_solution
 
 FIXTURES = ["good", "wrong_scale", "raises", "segfault", "hard_exit", "sys_exit", "hangs"]
@@ -85,3 +92,57 @@ def test_a_module_planted_where_python_imports_from_is_found_and_removed(tmp_pat
     assert left == ["existing.py", "not_a_package", "own_helper.py"]
     assert watched.planted() == []
     assert plants.rejection(planted)["reason"] == "planted_module"
+
+
+def test_a_spare_worker_runs_a_job_as_a_fresh_one_does(tmp_path: Path) -> None:
+    places = Places(tmp_path / "results", tmp_path / "builds", tmp_path / "logs")
+    settings = Settings(device="cpu", places=places, checking=Checking(trials=1, check_only=True))
+    job = Job("toy", str(TOY / "reference.py"), toy_solution("raises"), "", "x", settings)
+
+    def run_in(spare: isolate.Spare | None, name: str) -> dict:
+        return isolate.run_isolated(
+            replace(job, log_path=str(tmp_path / name)), lambda e: None, spare
+        )
+
+    spare = isolate.Spare()
+    dead = isolate.Spare()
+    dead.process.kill()
+    dead.process.join()
+    results = [run_in(spare, "spare.log"), run_in(None, "fresh.log"), run_in(dead, "dead.log")]
+    for result in results:
+        assert result["status"] == "runtime_error", result
+        assert "deliberate failure in forward" in result["detail"]
+        assert set(result["phase_s"]) == {"start", "load", "check"}
+    assert not spare.process.is_alive()  # used once, gone with its job
+    assert "deliberate failure" in (tmp_path / "dead.log").read_text()  # a fresh worker ran it
+
+
+def test_a_gpu_slot_runs_each_next_job_in_a_spare_that_warmed_before_the_timing(
+    tmp_path: Path,
+) -> None:
+    # As on a GPU (spares are off on a CPU slot): the second and third jobs get spares, and
+    # every job's time step passes the gate only once the next spare is warm.
+    places = Places(tmp_path / "results", tmp_path / "builds", tmp_path / "logs")
+    rule = StopRule(warmup_ms=0, min_samples=3, max_samples=3)
+    settings = Settings(
+        device="cpu", places=places, checking=Checking(trials=1), timing=Timing(rule=rule)
+    )
+    job = Job("toy", str(TOY / "reference.py"), toy_solution("good"), "", "x", settings)
+    slot = LocalSlot("cpu")
+    slot.spares = True
+    seen: list[str] = []
+    try:
+        results = [
+            slot.run(
+                replace(job, log_path=str(tmp_path / f"{n}.log")),
+                [],
+                lambda event: seen.append(event["kind"]),
+            )
+            for n in range(3)
+        ]
+    finally:
+        slot.close()
+    assert [r["status"] for r in results] == ["ok"] * 3, results
+    ahead = ["started ahead of its job" in (tmp_path / f"{n}.log").read_text() for n in range(3)]
+    assert ahead == [False, True, True]
+    assert seen.count("ready_to_time") == 3  # each passed the gate

@@ -83,11 +83,14 @@ def test_the_defaults_of_the_flags_are_the_settings_defaults() -> None:
 
 def test_unresolved_values_are_resolved_once_by_run() -> None:
     args = run.parse_args(["--problem", "toy"])
-    made = run.settings_for(args)
+    made = run.settings_for(args, None, None)
     assert made.device in ("cpu", "cuda:0")
     assert made.checking.secret > 0  # drawn: never 0, the public seeds
     assert (
-        run.settings_for(run.parse_args(["--problem", "toy", "--secret", "0"])).checking.secret == 0
+        run.settings_for(
+            run.parse_args(["--problem", "toy", "--secret", "0"]), None, None
+        ).checking.secret
+        == 0
     )
 
 

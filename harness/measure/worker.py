@@ -23,6 +23,7 @@ under torch.compile, side by side, for the session's baseline cache.
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import faulthandler
 import multiprocessing
@@ -37,7 +38,7 @@ from typing import Any
 
 import torch  # importing torch does not import its extension builder: that waits for setup
 
-from harness import status
+from harness import files, status
 from harness.errors import UserError, Verdict
 from harness.inputs import Seeds, make_inputs, replicate_all
 from harness.loading import Problem, import_file, load_problem
@@ -59,20 +60,24 @@ class Job:
     log_path: str
     content_hash: str
     settings: Settings
-    task: str = "solution"  # or "compile_baseline": time the reference under torch.compile
+    task: str = "solution"  # "compile_baseline": time the reference under torch.compile;
+    # "build": the load step alone, without a GPU (harness.run.pool's build jobs)
 
 
 Send = Callable[..., None]
+STARTED_AHEAD = False  # set in a spare worker (harness.measure.spare), said in its log
 
 
-def entry(job: Job, conn: Any) -> None:
+def entry(job: Job, conn: Any, gate: Any = None) -> None:
     """The worker's entry point: ignore Ctrl-C, the parent's to handle (this drops one pressed
     while the worker started), then unblock it, so the build tools it starts get the usual
-    mask (ninja stops a build on Ctrl-C)."""
+    mask (ninja stops a build on Ctrl-C). `gate`: see `main`."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
+    if job.task == "build":  # before CUDA starts: a build job never holds a GPU
+        os.environ["CUDA_VISIBLE_DEVICES"] = ""
     _die_with_parent()
-    main(job, conn)
+    main(job, conn, gate)
 
 
 PR_SET_PDEATHSIG = 1  # from <sys/prctl.h>
@@ -92,11 +97,17 @@ def _die_with_parent() -> None:
         os._exit(1)
 
 
-def main(job: Job, conn: Any) -> None:
-    """Process entry point: run the job, send its result, exit."""
+def main(job: Job, conn: Any, gate: Any = None) -> None:
+    """Process entry point: run the job, send its result, exit. With a `gate` (a pipe from the
+    parent), the time step waits for the parent's word that no other process is starting on
+    its device (harness.run.pool's spare workers warm up before, never during, a timing)."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the parent's to handle
 
     def send(kind: str, **data: Any) -> None:
+        if gate is not None and kind == "phase" and data.get("phase") == "time":
+            conn.send({"kind": "ready_to_time"})
+            with contextlib.suppress(EOFError, OSError):  # a parent gone: PDEATHSIG ends this
+                gate.recv()
         conn.send({"kind": kind, **data})
 
     try:
@@ -108,7 +119,9 @@ def main(job: Job, conn: Any) -> None:
         return
     faulthandler.enable(log)
     print(f"job: {asdict(job)}", flush=True)
-    result = run(job, send)
+    if STARTED_AHEAD:
+        print("worker: started ahead of its job, as a spare", flush=True)
+    result = build_only(job, send) if job.task == "build" else run(job, send)
     print(f"result: {result['status']}: {result['detail']}", flush=True)
     send("result", **result)
     conn.close()
@@ -165,15 +178,44 @@ def run(job: Job, send: Send) -> dict[str, Any]:
         result.update(
             status=verdict.status, detail=verdict.detail, reason=verdict.reason, benchmarks=[]
         )
-    except SystemExit as exit_:
-        traceback.print_exc()
-        result.update(status=status.CRASHED, detail=f"the solution called sys.exit({exit_.code})")
     except BaseException as err:  # escaped every guard: the solution's doing, or the harness's
-        traceback.print_exc()
-        result.update(_blame(err, Path(job.solution), started), benchmarks=[])
+        result.update(_escaped(err, Path(job.solution), started), benchmarks=[])
     if watcher is not None:
         result["builds"] = [asdict(b) for b in watcher.builds]
         result["build_s"] = watcher.seconds
+    return result
+
+
+def build_only(job: Job, send: Send) -> dict[str, Any]:
+    """The load step alone, in a worker that sees no GPU: build the solution's extensions into
+    its folder of the build cache, then stop. `ok` means its judge will find them built. A
+    compile error is final, and so is any verdict on a CPU run (a CUDA solution's `no_gpu`);
+    on a GPU run, another failure to import may be the hidden GPU's doing, and its judge
+    imports it again (harness.run.scheduler)."""
+    result: dict[str, Any] = {"status": status.OK, "detail": "", "benchmarks": [], "checks": 0}
+    settings = job.settings
+    send("phase", phase="load")
+    device = torch.device(settings.device)
+    skip = _cuda_unavailable() or cuda_not_asked(device, settings)
+    watcher = BuildWatcher(send, skip, Path(job.log_path))
+    started = False  # whether any of the solution's code has run
+    try:
+        use_build_cache(
+            settings.places.build_dir,
+            job.problem,
+            Path(job.solution),
+            settings.arch,
+            job.content_hash,
+        )
+        watcher.install()
+        started = True
+        _load_solution(job, device, watcher)
+    except Verdict as verdict:
+        result.update(status=verdict.status, detail=verdict.detail, reason=verdict.reason)
+    except BaseException as err:
+        result.update(_escaped(err, Path(job.solution), started))
+    result["builds"] = [asdict(b) for b in watcher.builds]
+    result["build_s"] = watcher.seconds
     return result
 
 
@@ -193,6 +235,14 @@ def harness_failure(detail: str) -> dict[str, Any]:
         "checks": 0,
         "harness_error": True,
     }
+
+
+def _escaped(err: BaseException, solution: Path, started: bool) -> dict[str, Any]:
+    """The result fields for an exception that escaped every guard, its traceback logged."""
+    traceback.print_exc()
+    if isinstance(err, SystemExit):
+        return {"status": status.CRASHED, "detail": f"the solution called sys.exit({err.code})"}
+    return _blame(err, solution, started)
 
 
 def _blame(err: BaseException, solution: Path, started: bool) -> dict[str, Any]:
@@ -259,8 +309,10 @@ def cuda_not_asked(device: torch.device, settings: Settings) -> str | None:
 
 def _load_solution(job: Job, device: torch.device, watcher: BuildWatcher) -> type:
     on_cpu = device.type == "cpu"
-    try:
-        module = import_file(Path(job.solution))
+    try:  # one build of a solution at a time, whichever processes ask (torch's own lock
+        # comes after it writes the sources)
+        with files.locked(Path(os.environ["TORCH_EXTENSIONS_DIR"])):
+            module = import_file(Path(job.solution))
     except NoCudaToolchain as err:
         detail = f"not compiled: {err}"
         raise Verdict(status.NO_GPU if on_cpu else status.COMPILE_ERROR, detail) from err

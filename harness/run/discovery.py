@@ -15,11 +15,16 @@ from __future__ import annotations
 
 import ast
 import difflib
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from harness.errors import UserError
 
+# KernelBench's own layout: runs/<run>/level_1_problem_19_sample_0_kernel.py solves
+# KernelBench/level1/19_ReLU.py
+KERNELBENCH_SAMPLE = re.compile(r"level_(\d+)_problem_(\d+)_sample_(\d+)_kernel\.py")
+KERNELBENCH_LEVEL = re.compile(r"level_?(\d+)")
 REFERENCE_FILE = "reference.py"
 GPUCODEFORCES_REFERENCE = "example_torchcode.py"
 GPUCODEFORCES_SOLUTION = "example_cudacode.py"
@@ -163,3 +168,49 @@ def _top_level_names(tree: ast.Module) -> set[str]:
         elif isinstance(node, (ast.Import, ast.ImportFrom)):
             names.update((a.asname or a.name).split(".")[0] for a in node.names)
     return names
+
+
+def sweep_sources(problems_dir: Path, solutions_dir: Path) -> list[ProblemSource]:
+    """Every problem in `problems_dir` (KernelBench .py files, and problem folders as
+    `--problem` takes them), each with its solutions from `solutions_dir`, matched by name in
+    either layout: ours, `<solutions_dir>/<problem>/*.py`; or KernelBench's, files named
+    `level_<L>_problem_<N>_sample_<S>_kernel.py` beside each other, for the problem file whose
+    name starts with `<N>_` (and, where `problems_dir` is named `level<L>`, of that level)."""
+    if not problems_dir.is_dir():
+        raise UserError(f"--problems {problems_dir}: no such folder")
+    if not solutions_dir.is_dir():
+        raise UserError(f"--solutions {solutions_dir}: no such folder")
+    entries = sorted(
+        p
+        for p in problems_dir.iterdir()
+        if not p.name.startswith(("_", "."))
+        and (
+            (p.is_file() and p.suffix == ".py")
+            or (p / REFERENCE_FILE).is_file()
+            or (p / GPUCODEFORCES_REFERENCE).is_file()
+        )
+    )
+    level = KERNELBENCH_LEVEL.fullmatch(problems_dir.name)
+    samples = _kernelbench_samples(solutions_dir, level.group(1) if level else None)
+    sources = []
+    for entry in entries:
+        source = _problem_at_path(entry.resolve(), solutions_dir)
+        number = re.match(r"(\d+)_", source.name)
+        extra = samples.get(int(number.group(1)), ()) if number else ()
+        sources.append(ProblemSource(source.name, source.reference, source.solutions + extra))
+    if not sources:
+        raise UserError(
+            f"--problems {problems_dir}: no problems in it (KernelBench .py files, or folders "
+            f"holding {REFERENCE_FILE})"
+        )
+    return sources
+
+
+def _kernelbench_samples(folder: Path, level: str | None) -> dict[int, tuple[Path, ...]]:
+    """KernelBench's sample files in `folder` by problem number, of `level` where given."""
+    found: dict[int, list[Path]] = {}
+    for path in sorted(folder.glob("level_*_problem_*_sample_*_kernel.py")):
+        match = KERNELBENCH_SAMPLE.fullmatch(path.name)
+        if match and (level is None or int(match.group(1)) == int(level)):
+            found.setdefault(int(match.group(2)), []).append(path.resolve())
+    return {number: tuple(paths) for number, paths in found.items()}

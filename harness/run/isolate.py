@@ -13,6 +13,7 @@ get `build_s`; the check and time steps get `run_s` each.
 
 from __future__ import annotations
 
+import contextlib
 import multiprocessing
 import signal
 import time
@@ -23,6 +24,7 @@ from typing import Any
 
 from harness import status
 from harness.measure import worker
+from harness.measure.spare import waiting
 from harness.settings import Limits
 
 POLL_S = 0.25  # how often the parent looks at the worker
@@ -32,35 +34,105 @@ JOIN_S = 10.0  # how long a finished worker may take to exit
 Event = dict[str, Any]
 
 
-def run_isolated(job: worker.Job, on_event: Callable[[Event], None]) -> dict:
-    """Run `job` in a spawned worker; `on_event` sees phase, case, build and tick events. The
-    result says where the worker ended, however it ended: its last `phase` ("load", "check",
-    "time") and the `case` (or benchmark) of that phase it had reached, or None."""
-    context = multiprocessing.get_context("spawn")
-    receiver, sender = context.Pipe(duplex=False)
-    process = context.Process(target=worker.entry, args=(job, sender), daemon=True)
-    # Ctrl-C goes to the whole process group. A worker still importing torch (seconds) would
-    # die of it with a traceback on the terminal, so it starts with SIGINT blocked (the mask
-    # survives exec; multiprocessing's resource tracker starts the same way). Here a Ctrl-C
-    # pressed meanwhile stays pending, and is raised once the worker is watched. The tracker
-    # is started first: starting it unblocks SIGINT.
-    resource_tracker.ensure_running()
-    mask = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
+class Spare:
+    """A worker started ahead of its job (harness.measure.spare): it imports torch and the
+    harness (seconds) while the slot's current job runs, warms up on the device when told (never
+    while a job times), then waits for its job. It is the fresh process a job would get
+    otherwise, with its start done; a spare that died meanwhile is not used."""
+
+    def __init__(self) -> None:
+        context = multiprocessing.get_context("spawn")
+        jobs, self.jobs = context.Pipe(duplex=False)
+        self.receiver, sender = context.Pipe(duplex=False)
+        self.process = _started(context.Process(target=waiting, args=(jobs, sender), daemon=True))
+        jobs.close()
+        sender.close()
+        self.warming = False
+
+    def usable(self) -> bool:
+        return self.process.is_alive()
+
+    def warm(self, device: str) -> None:
+        """Have it start CUDA on `device` now (the slot's job is not timing yet)."""
+        self.jobs.send({"warm": device})
+        self.warming = True
+
+    def wait_warm(self, limit_s: float) -> None:
+        """Wait until it is warm; one dead, or not warm within `limit_s`, is killed, and the
+        next job gets a fresh worker."""
+        if not self.warming or not self.usable():
+            return
+        if self.receiver.poll(limit_s):
+            with contextlib.suppress(EOFError, OSError):
+                self.receiver.recv()  # its "warmed": nothing else comes before a job
+                self.warming = False
+                return
+        self.close()
+
+    def close(self) -> None:
+        if self.process.is_alive():
+            self.process.kill()
+        self.process.join(JOIN_S)
+        self.receiver.close()
+        self.jobs.close()
+
+
+def run_isolated(
+    job: worker.Job,
+    on_event: Callable[[Event], None],
+    spare: Spare | None = None,
+    before_timing: Callable[[], None] | None = None,
+) -> dict:
+    """Run `job` in a spawned worker (`spare`, where one is given and alive); `on_event` sees
+    phase, case, build and tick events. The result says where the worker ended, however it
+    ended: its last `phase` ("load", "check", "time") and the `case` (or benchmark) of that
+    phase it had reached, or None; and the seconds spent in each phase (`phase_s`).
+    `before_timing` runs when the worker is about to time, which it does once that returns."""
+    if spare is not None and spare.usable():
+        process, receiver, gate = spare.process, spare.receiver, spare.jobs
+        gate.send(job)
+    else:
+        context = multiprocessing.get_context("spawn")
+        receiver, sender = context.Pipe(duplex=False)
+        opening, gate = context.Pipe(duplex=False)
+        args = (job, sender, opening)
+        process = _started(context.Process(target=worker.entry, args=args, daemon=True))
+        sender.close()  # the parent keeps only the reading end, so EOF means the worker is gone
+        opening.close()
+    log = Path(job.log_path)
+
+    def opened(event: Event) -> None:
+        if event.get("kind") == "ready_to_time":
+            if before_timing is not None:
+                before_timing()
+            gate.send("go")
+        on_event(event)
+
     try:
-        process.start()
-    except BaseException:
-        signal.pthread_sigmask(signal.SIG_SETMASK, mask)
-        raise
-    sender.close()  # the parent keeps only the reading end, so EOF means the worker is gone
-    try:
-        signal.pthread_sigmask(signal.SIG_SETMASK, mask)
-        return _watch(process, receiver, job.settings.limits, on_event, Path(job.log_path))
+        return _watch(process, receiver, job.settings.limits, opened, log)
     finally:
-        signal.pthread_sigmask(signal.SIG_SETMASK, mask)
         if process.is_alive():
             process.kill()
         process.join(JOIN_S)
         receiver.close()
+        gate.close()
+
+
+def _started(process: Any) -> Any:
+    """`process`, started with SIGINT blocked.
+
+    Ctrl-C goes to the whole process group. A worker still importing torch (seconds) would die
+    of it with a traceback on the terminal, so it starts with SIGINT blocked (the mask survives
+    exec; multiprocessing's resource tracker starts the same way). Here a Ctrl-C pressed
+    meanwhile stays pending, and is raised once the mask is restored. The tracker is started
+    first: starting it unblocks SIGINT."""
+    resource_tracker.ensure_running()
+    mask = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
+    try:
+        process.start()
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, mask)
+    return process
 
 
 def _watch(
@@ -68,9 +140,12 @@ def _watch(
 ) -> dict:
     phase, phase_start, build_start = "start", time.monotonic(), None
     case: str | None = None  # the case or benchmark of the phase that the worker is at
+    spent: dict[str, float] = {}  # seconds in each phase, the current one until now
+    entered = time.monotonic()
 
     def at() -> dict:
-        return {"phase": phase, "case": case}
+        spent[phase] = round(spent.get(phase, 0.0) + time.monotonic() - entered, 3)
+        return {"phase": phase, "case": case, "phase_s": dict(spent)}
 
     while True:
         if receiver.poll(POLL_S):
@@ -83,7 +158,9 @@ def _watch(
                 message.pop("kind")
                 return {**message, **at()}
             if kind == "phase":
-                phase, phase_start, case = message["phase"], time.monotonic(), None
+                now = time.monotonic()
+                spent[phase] = round(spent.get(phase, 0.0) + now - entered, 3)
+                phase, phase_start, entered, case = message["phase"], now, now, None
             elif kind == "case":
                 case = message["name"]
             elif kind == "build_start":

@@ -8,6 +8,7 @@ starts and every `QUIET_S` seconds while it lasts, with the count done ("checkin
 from __future__ import annotations
 
 import sys
+import threading
 import time
 from typing import Any, TextIO
 
@@ -33,6 +34,7 @@ class Progress:
         self.count = ""  # "7/15" once the step counts what it does
         self.last_shown = 0.0
         self.bar: tqdm | None = None
+        self.lock = threading.RLock()  # the pool's build lines come from other threads
 
     def start(self, index: int, total: int, label: str) -> None:
         self.prefix = f"[{index}/{total}] {label}" if total else label
@@ -84,6 +86,10 @@ class Progress:
         self._line(text)
 
     def _show(self, doing: str, elapsed: float, force: bool = False) -> None:
+        with self.lock:
+            self._redraw(doing, elapsed, force)
+
+    def _redraw(self, doing: str, elapsed: float, force: bool) -> None:
         now = time.monotonic()
         interval = REDRAW_S if self.live else QUIET_S
         if not force and now - self.last_shown < interval:
@@ -98,10 +104,11 @@ class Progress:
             self._line(text)
 
     def _line(self, text: str) -> None:
-        if self.live:
-            self.stream.write("\r\x1b[2K")
-        self.stream.write(text + "\n")
-        self.stream.flush()
+        with self.lock:
+            if self.live:
+                self.stream.write("\r\x1b[2K")
+            self.stream.write(text + "\n")
+            self.stream.flush()
 
 
 def _building(event: dict[str, Any]) -> str:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import datetime
 import os
 import secrets
+from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -16,7 +17,7 @@ from harness.measure import roofline
 from harness.measure.worker import Job, cuda_not_asked
 from harness.record import BenchRow, Ceiling, Machine, RunRecord
 from harness.results import baselines, rendering, report
-from harness.run import audit, isolate, machine, ncu, plants, replay, scan
+from harness.run import audit, isolate, machine, ncu, replay, scan
 from harness.run.discovery import ProblemSource, missing_model_new
 from harness.run.progress import Progress
 from harness.settings import REPO, Settings
@@ -26,17 +27,23 @@ class Session:
     """One invocation of run.py: a run id, the machine, and where results go."""
 
     def __init__(
-        self, settings: Settings, progress: Progress | None = None, recording: bool = True
+        self,
+        settings: Settings,
+        progress: Progress | None = None,
+        recording: bool = True,
+        described: dict[str, Any] | None = None,
     ) -> None:
         """`settings` are resolved (device, arch and secret as used); the secret is told to
         workers only, and recorded with the results once they are in. Without `recording`
-        (run.py --no-record) nothing is written under the results folder."""
+        (run.py --no-record) nothing is written under the results folder. `described` is the
+        machine where the judging happens (harness.run.machine.describe), where it is not this
+        process's (Ray)."""
         import torch
 
         self.settings = settings
         self.progress = progress or Progress()
         self.device = torch.device(settings.device)
-        self.machine = machine.describe(self.device, REPO)
+        self.machine = described or machine.describe(self.device, REPO)
         stamp = datetime.datetime.now(datetime.timezone.utc).strftime("%Y%m%d-%H%M%S")
         self.run_id = f"{stamp}-{secrets.token_hex(3)}"
         self.folder = settings.places.results_dir / machine.slug(self.machine)
@@ -64,7 +71,10 @@ class Session:
 
     def ceiling(self) -> dict[str, Any] | None:
         """The GPU's copy bandwidth, from the folder's cache or measured now (None on a CPU)."""
-        if self._ceiling is None and self.device.type == "cuda":
+        import torch
+
+        here = self.device.type == "cuda" and torch.cuda.is_available()  # not a Ray driver's
+        if self._ceiling is None and here:
             self.progress.note("measuring the copy bandwidth of this GPU (cached afterwards)")
             self._ceiling = roofline.ceiling(
                 self.folder, self.device, self.machine, store=self.recording
@@ -72,28 +82,27 @@ class Session:
         return self._ceiling
 
     def run_problem(self, source: ProblemSource, solutions: list[Path]) -> list[RunRecord]:
-        """Check and time `solutions` of `source`; append each record; re-render the tables."""
+        """Check and time `solutions` of `source` on this session's device (builds in a pool
+        beside it); append each record; re-render the tables."""
+        from harness.run.pool import LocalPool, build_jobs
+        from harness.run.scheduler import Scheduler
+
+        pool = LocalPool([self.settings.device], build_jobs(None))
+        try:
+            outcome = Scheduler(self, pool).run([(source, solutions)])
+        finally:
+            pool.close()
+        done = outcome[0][1]
+        if isinstance(done, UserError):
+            raise done
+        return done
+
+    def prepare(self, source: ProblemSource) -> tuple[Problem, int]:
+        """The problem, loaded and audited once, and how many of its cases are checked."""
         problem = load_problem(source.name, source.reference)  # a bad reference fails here, once
         cases = self._cases(source, problem)
         self._audit(source, problem)
-        done: list[RunRecord] = []
-        measured = self.ceiling()
-        ceiling = Ceiling.from_dict(measured) if measured else None
-        compiled = self._compile_baselines(source, problem) if self.settings.timing.compile else []
-        try:
-            for index, solution in enumerate(solutions, start=1):
-                self.progress.start(index, len(solutions), f"{source.name}/{solution.stem}")
-                ran, at = self._run_one(source, solution, index, cases, ceiling, compiled)
-                self._record(ran)
-                self.progress.finish(summary(ran))
-                again = replay.command(ran, source, solution, at.get("phase"), at.get("case"))
-                if again:
-                    self.progress.note(f"  replay: {again}")
-                done.append(ran)
-        finally:  # on Ctrl-C too: the tables show every result recorded so far
-            if done and self.recording:
-                self._writing(rendering.render_problem, self.folder, source.name)
-        return done
+        return problem, cases
 
     def _cases(self, source: ProblemSource, problem: Problem) -> int:
         """How many of the problem's cases are checked: all, or the one --case names (a
@@ -111,9 +120,15 @@ class Session:
             )
         return 1
 
-    def _record(self, ran: RunRecord) -> None:
+    def keep(self, ran: RunRecord) -> None:
+        """Append `ran` to the run log, at once."""
         if self.recording:
             self._writing(record.append, self.folder, ran)
+
+    def render(self, problem: str) -> None:
+        """Re-render the problem's tables from the run log."""
+        if self.recording:
+            self._writing(rendering.render_problem, self.folder, problem)
 
     def _writing(self, write: Any, *args: Any) -> Any:
         """`write(*args)`, a write under the results folder; the folder failing is the
@@ -142,50 +157,52 @@ class Session:
                 "--no-audit runs it anyway)"
             )
 
-    def _run_one(
-        self,
-        source: ProblemSource,
-        solution: Path,
-        index: int,
-        cases: int,
-        ceiling: Ceiling | None,
-        compiled: list[dict[str, Any]],
-    ) -> tuple[RunRecord, dict[str, Any]]:
-        """Run `solution` in a worker and build its record, each benchmark row with its
-        torch.compile baseline from `compiled` where one matches, and the machine's load as
-        the run began; with the record, where the worker ended (its `phase` and `case`,
-        harness.run.isolate)."""
-        busy = machine.load(self.device)
+    def unit_job(self, source: ProblemSource, solution: Path, index: int, content: str) -> Job:
+        """The job that judges `solution`, its log named by its index in the problem."""
         # The index keeps two files of the same name (from different folders) apart.
         log_name = f"{index:02d}-{source.name}--{solution.stem}.log"
         log_path = self.settings.places.log_dir / self.run_id / log_name
-        content = toolchain.source_hash(solution)
+        return self._job(source, solution, log_path, content)
+
+    def shortcut(self, solution: Path, content: str) -> dict[str, Any] | None:
+        """The result of a solution that needs no worker: a file without ModelNew, or a CUDA
+        solution on the CPU that an earlier record says is `no_gpu` here; else None."""
         reason = missing_model_new(solution)
         if reason:
-            result = isolate.failure(status.LOAD_ERROR, reason)
-        elif known := self._known_no_gpu(content):
-            result = known
-        else:
-            job = self._job(source, solution, log_path, content)
-            result = self._run_job(job, [solution.parent, source.reference.parent])
+            return isolate.failure(status.LOAD_ERROR, reason)
+        return self._known_no_gpu(content)
+
+    def record_for(
+        self,
+        source: ProblemSource,
+        job: Job,
+        result: dict[str, Any],
+        cases: int,
+        compiled: list[dict[str, Any]],
+    ) -> RunRecord:
+        """The record of a judged job, each benchmark row with its torch.compile baseline from
+        `compiled` where one matches, and the machine (with its load) where the job ran."""
+        solution, log_path = Path(job.solution), Path(job.log_path)
         measured = [BenchRow.from_dict(bench) for bench in result["benchmarks"]]
         witnessed: list[str] = []
         if self.settings.ncu and result["status"] == status.OK and measured:
-            device = result.get("device") or self.settings.device
+            device = result.get("device") or job.settings.device
             measured, witnessed = self._witness(job, device, measured)
         versus = [baselines.versus(row, compiled, self.run_id) for row in measured]
-        ran = RunRecord(
+        where = result.get("machine") or {**self.machine, **machine.load(self.device)}
+        measured_ceiling = self.ceiling()
+        return RunRecord(
             run_id=self.run_id,
             time=_now(),
             problem=source.name,
             reference=_shown(source.reference),
             solution=solution.stem,
             solution_path=_shown(solution),
-            solution_hash=content,
+            solution_hash=job.content_hash,
             log=_shown(log_path) if log_path.exists() else None,
             cases=cases,
-            settings=self.settings,
-            machine=Machine.from_dict({**self.machine, **busy}),
+            settings=job.settings,
+            machine=Machine.from_dict(where),
             status=result["status"],
             detail=result["detail"],
             checks=result["checks"],
@@ -194,10 +211,17 @@ class Session:
                 for row, (baseline, speedup) in zip(measured, versus, strict=True)
             ),
             warnings=tuple(scan.scan(solution) + result.get("warnings", []) + witnessed),
-            ceiling=ceiling,
-            **record.reported(result),
+            ceiling=Ceiling.from_dict(measured_ceiling) if measured_ceiling else None,
+            **record.reported(
+                {**result, "reference_hash": toolchain.source_hash(source.reference)}
+            ),
         )
-        return ran, {"phase": result.get("phase"), "case": result.get("case")}
+
+    def announce(self, ran: RunRecord, source: ProblemSource, result: dict[str, Any]) -> str:
+        """The replay command for a failed solution, or ''."""
+        path = Path(ran.solution_path)
+        solution = path if path.is_absolute() else REPO / path
+        return replay.command(ran, source, solution, result.get("phase"), result.get("case")) or ""
 
     def _witness(
         self, job: Job, device: str, rows: list[BenchRow]
@@ -235,19 +259,11 @@ class Session:
             return {**isolate.failure(status.NO_GPU, detail), "builds": last.to_dict()["builds"]}
         return None
 
-    def _run_job(self, job: Job, folders: list[Path]) -> dict[str, Any]:
-        """Run `job` in a worker; a module it planted where Python imports from is removed, and
-        rejects it (harness.run.plants), however the job ended."""
-        watched = plants.ImportPath(folders)
-        result = isolate.run_isolated(job, self.progress.event)
-        planted = watched.remove_planted()
-        result = harness_checked(result, job)
-        if planted:
-            result = {**result, **plants.rejection(planted), "benchmarks": []}
-        return result
-
-    def _compile_baselines(self, source: ProblemSource, problem: Problem) -> list[dict[str, Any]]:
-        """The problem's torch.compile baselines: cached ones, else measured now in a worker."""
+    def compile_baselines(
+        self, source: ProblemSource, problem: Problem, run_job: Callable[[Job], dict[str, Any]]
+    ) -> list[dict[str, Any]]:
+        """The problem's torch.compile baselines: cached ones, else measured now by `run_job`
+        (a worker on a slot's device)."""
         reference_hash = toolchain.source_hash(source.reference)
         timing = self.settings.timing
         context = {
@@ -262,14 +278,15 @@ class Session:
         if {b.name for b in problem.benchmarks} <= {e.get("name") for e in found}:
             self.progress.note(f"{source.name}: torch.compile baseline from {baselines.LOG_NAME}")
             return found
-        self.progress.start(0, 0, f"{source.name}/torch.compile baseline")
+        self.progress.note(f"{source.name}: timing the torch.compile baseline")
         log_path = self.settings.places.log_dir / self.run_id / f"00-{source.name}--compile.log"
         job = replace(
             self._job(source, source.reference, log_path, reference_hash),
             task="compile_baseline",
         )
-        result = harness_checked(isolate.run_isolated(job, self.progress.event), job)
-        self.progress.finish(f"{result['status']} {result.get('detail') or ''}".strip())
+        result = harness_checked(run_job(job), job)
+        verdict = f"{result['status']} {result.get('detail') or ''}".strip()
+        self.progress.note(f"{source.name}: torch.compile baseline: {verdict}")
         if result["status"] != status.OK:
             return found
         run = {"run_id": self.run_id, "time": _now(), "driver": self.machine.get("driver")}

@@ -1,0 +1,61 @@
+"""A spare worker's side (harness.run.isolate.Spare): a worker started before its job.
+
+It imports what every job imports (torch, the harness, the extension builder, the profiler's
+Python side) while the slot's current job runs, touching no device. Told to warm up, it starts
+CUDA on its device and the profiler once (what every job's load step does first); the slot asks
+for that only while its current job is not timing, and holds that job's time step until the
+spare is warm (the `gate` of harness.measure.worker.main). Then it waits for its job and runs
+it as a fresh worker would.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+from typing import Any
+
+from harness import toolchain
+from harness.measure import worker
+
+
+def waiting(jobs: Any, conn: Any) -> None:
+    """The spare's entry point: messages on `jobs` are {"warm": DEVICE}, answered with a
+    "warmed" message on `conn`, then the Job; the same pipe is the job's gate. A parent that
+    closes the pipe without a job ends it quietly."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
+    cuda_home = toolchain.find_cuda_home()  # as the job will set it; else torch warns here
+    if cuda_home:
+        os.environ["CUDA_HOME"] = cuda_home
+    import torch.profiler
+    import torch.utils.cpp_extension  # noqa: F401
+
+    while True:
+        try:
+            message = jobs.recv()
+        except (EOFError, OSError):
+            return
+        if isinstance(message, dict) and "warm" in message:
+            conn.send({"kind": "warmed", "error": warm(message["warm"])})
+            continue
+        worker.STARTED_AHEAD = True
+        worker.entry(message, conn, jobs)
+        return
+
+
+def warm(device: str) -> str | None:
+    """Start CUDA on `device` and the profiler once; why it failed, or None."""
+    import torch
+
+    from harness.measure import profiling
+
+    try:
+        if device.startswith("cuda"):
+            where = torch.device(device)
+            torch.cuda.set_device(where)
+            torch.zeros(1, device=where)
+            torch.cuda.synchronize(where)
+            profiling.warm_up(where)
+    except Exception as err:  # the job will meet it again, and report it
+        return f"{type(err).__name__}: {err}"
+    return None

@@ -1,0 +1,223 @@
+"""run.py's runs: which problems and solutions, where they run (this host's pool, or a Ray
+cluster), and what is printed at the end (each problem's rows; a sweep's geomean and fast_p).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from harness.errors import UserError
+from harness.settings import REPO
+
+if TYPE_CHECKING:
+    from harness.record import RunRecord
+    from harness.run.discovery import ProblemSource
+    from harness.run.session import Session
+
+EXIT_OK, EXIT_FAILED, EXIT_INPUT = 0, 1, 3
+PROBLEMS_DIR = REPO / "problems"
+SOLUTIONS_DIR = REPO / "solutions"
+Work = list[tuple["ProblemSource", list[Path]]]
+
+
+def add_sweep(what: argparse._MutuallyExclusiveGroup) -> None:
+    """--problems, beside run.py's other choices of what to do."""
+    what.add_argument(
+        "--problems",
+        metavar="DIR",
+        type=Path,
+        help="sweep every problem in DIR (KernelBench .py files, or problem folders) against "
+        "the solutions of --solutions, matched by name",
+    )
+
+
+def add_flags(parser: argparse.ArgumentParser) -> None:
+    """The flags of scale: how many builds at once, which GPUs judge, Ray, and --resume."""
+    group = parser.add_argument_group(
+        "scale", "builds in parallel, every GPU busy, sweeps and Ray (none change a verdict)"
+    )
+    group.add_argument(
+        "--solutions",
+        metavar="DIR",
+        type=Path,
+        help="with --problems: where the sweep's solutions are, matched by problem name: "
+        "DIR/<problem>/*.py, or KernelBench's level_<L>_problem_<N>_sample_<S>_kernel.py "
+        "(default: solutions/)",
+    )
+    group.add_argument(
+        "--gpus",
+        metavar="all|LIST",
+        help="judge on these GPUs at once, one solution per GPU (each timing has its GPU to "
+        "itself): 'all' or indices such as 0,1 (default: --device alone)",
+    )
+    group.add_argument(
+        "--build-jobs",
+        metavar="N",
+        type=int,
+        help="build this many solutions at once (default: one per two cores); judging starts "
+        "with the first one built",
+    )
+    group.add_argument(
+        "--resume",
+        action="store_true",
+        help="skip each solution already recorded under --results-dir for the same content, "
+        "reference, toolchain and settings (an interrupted sweep goes on where it stopped)",
+    )
+    group.add_argument(
+        "--ray",
+        metavar="auto|ADDRESS",
+        help="run on a Ray cluster (pip install -r requirements-ray.txt): builds as CPU tasks, "
+        "one judging actor per GPU; 'auto' finds the cluster this host belongs to",
+    )
+
+
+def chosen_problems(args: argparse.Namespace) -> Work:
+    """The problems to run, each with the solution files to run on it."""
+    from harness.run.discovery import (
+        given_solutions,
+        list_problems,
+        resolve_problem,
+        sweep_sources,
+    )
+
+    if args.problems:
+        solutions = args.solutions or SOLUTIONS_DIR
+        sources = sweep_sources(args.problems, solutions)
+        missing = [s.name for s in sources if not s.solutions]
+        if missing:
+            shown = ", ".join(missing[:5]) + (" ..." if len(missing) > 5 else "")
+            print(f"note: no solutions in {solutions} for {len(missing)} problem(s): {shown}")
+        return [(s, list(s.solutions)) for s in sources if s.solutions]
+    if args.all:
+        sources = [
+            resolve_problem(n, PROBLEMS_DIR, SOLUTIONS_DIR) for n in list_problems(PROBLEMS_DIR)
+        ]
+        if not sources:
+            raise UserError(f"no problems found under {PROBLEMS_DIR}")
+        return [(s, list(s.solutions)) for s in sources]
+    source = resolve_problem(args.problem, PROBLEMS_DIR, SOLUTIONS_DIR)
+    if args.solution:
+        return [(source, given_solutions(args.solution, source))]
+    if not source.solutions:
+        raise UserError(
+            f"problem {source.name!r} has no solutions: add a .py file defining ModelNew to "
+            f"{SOLUTIONS_DIR / source.name}/ or pass --solution PATH"
+        )
+    return [(source, list(source.solutions))]
+
+
+def run_all(args: argparse.Namespace, resolve: Any) -> int:
+    """Run `args`' work on this host's pool or on Ray; `resolve(args, device, capability)`
+    makes the settings (run.py's)."""
+    from harness.run import pool as local
+    from harness.run.session import Session
+
+    work = chosen_problems(args)
+    jobs = local.build_jobs(args.build_jobs)
+    if args.ray:
+        from harness.run import raypool
+
+        pool: Any = raypool.connect(args.ray, args.build_jobs)  # None: as the cluster's CPUs allow
+        settings = resolve(args, pool.device, pool.capability)
+        session = Session(settings, recording=args.recording, described=pool.described())
+    else:
+        settings = resolve(args, None, None)
+        pool = local.LocalPool(local.gpu_devices(args.gpus, settings.device), jobs)
+        session = Session(settings, recording=args.recording)
+    sweep = bool(args.problems or args.ray or len(pool.slots) > 1)
+    return run_work(session, work, pool, sweep=sweep, again=args.resume)
+
+
+def run_work(
+    session: Session, work: Work, pool: Any = None, sweep: bool = False, again: bool = False
+) -> int:
+    """Judge `work` with `pool` (default: this host's, on the session's device), print the
+    results, and return the exit status. A `sweep` shows one bar for the whole run and ends
+    with its summary; `again` is --resume."""
+    from harness.run import pool as local
+    from harness.run.reporting import Report, SweepReport
+    from harness.run.scheduler import Scheduler
+
+    pool = pool or local.LocalPool([session.settings.device], local.build_jobs(None))
+    report = SweepReport(len(pool.slots)) if sweep else Report.serial(session.progress)
+    started = time.monotonic()
+    try:
+        outcome = Scheduler(session, pool, report, again, in_order=not sweep).run(work)
+    finally:
+        pool.close()
+    return finish(session, outcome, time.monotonic() - started if sweep else None)
+
+
+def finish(session: Session, outcome: list[tuple[Any, Any]], sweep_s: float | None) -> int:
+    """Print each problem's rows and the summary; the exit status."""
+    from harness.results import comparison, rendering
+    from harness.run.session import passed
+
+    code, recorded, records = EXIT_OK, False, []
+    for source, done in outcome:
+        if isinstance(done, UserError):  # one broken problem does not stop the others
+            print(f"error: {done}", file=sys.stderr)
+            code = EXIT_INPUT
+            continue
+        show_results(session, source.name, done)
+        records += done
+        recorded = recorded or (session.recording and bool(done))
+        if not all(passed(r) for r in done) and code == EXIT_OK:
+            code = EXIT_FAILED
+    if recorded:  # only a run that recorded something rewrites the summary
+        written = rendering.render_summary(session.folder)
+        print(f"summary across problems: {written}")
+    if sweep_s is not None:
+        print(sweep_summary(records, session.run_id, sweep_s))
+    print(comparison.run_line(session.folder, session.run_id))
+    return code
+
+
+def sweep_summary(records: list[RunRecord], run_id: str, seconds: float) -> str:
+    """The sweep in a few lines: verdicts, geomean and fast_p of each problem's best solution
+    (harness.results.summary; under --resume, earlier records count too), and the rate of
+    this run alone: problems and solutions judged per hour."""
+    from collections import Counter
+
+    from harness.results import summary
+
+    best = summary.best_per_problem(summary.summary_rows(records))
+    scores = [row["score"] for row in best.values() if row]
+    geomean = summary.geomean(scores) if scores else None
+    verdicts = ", ".join(f"{n} {s}" for s, n in Counter(r.status for r in records).most_common())
+    fast = ", ".join(f"fast_{p:g} {summary.fast_p(best, p):.0%}" for p in (0.0, *summary.FAST_P))
+    untimed = any(r.status == "ok" for r in records)  # ok without a score: --check-only
+    mean = f"{geomean:.2f}x" if geomean else ("none timed" if untimed else "none correct")
+    now = [r for r in records if r.run_id == run_id]
+    problems = {r.problem for r in records}
+    lines = [
+        f"sweep: {len(records)} solution(s) of {len(problems)} problem(s): {verdicts or 'none'}",
+        f"  best per problem: geomean {mean} over {len(scores)} problem(s); {fast}",
+    ]
+    if len(now) < len(records):
+        lines.append(f"  {len(records) - len(now)} solution(s) recorded earlier (--resume)")
+    hours = seconds / 3600
+    rate = (
+        f"{len({r.problem for r in now}) / hours:.0f} problems/hour, "
+        f"{len(now) / hours:.0f} solutions/hour"
+        if hours > 0 and now
+        else "nothing judged"
+    )
+    lines.append(f"  this run: {len(now)} solution(s) judged in {seconds:.0f} s wall, {rate}")
+    return "\n".join(lines)
+
+
+def show_results(session: Session, problem: str, done: list[RunRecord]) -> None:
+    """This run's rows of the problem, compact (within 100 columns), and where the full table
+    is; with --no-record, that nothing was written."""
+    from harness.results import console
+
+    if not session.recording:
+        print(console.compact(problem, done, None))
+        print(f"not recorded (--no-record): nothing written under {session.folder.parent}\n")
+        return
+    print(console.compact(problem, done, session.folder / f"{problem}.md") + "\n")

@@ -1,0 +1,156 @@
+"""Where jobs run on this host: builds in a pool of worker processes sized to the cores, and
+judging on one slot per device, each slot running one job at a time.
+
+A build job (harness.measure.worker.build_only) sees no GPU, so builds never share a device with
+a timing. A slot's device is the only one its jobs use: with `--gpus 0,1` two solutions are
+judged at once, each timed on a GPU of its own. harness.run.raypool has the same interface on a
+Ray cluster.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+from collections.abc import Callable
+from concurrent.futures import Future, ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from harness.errors import UserError
+from harness.measure.worker import Job
+from harness.run import isolate, machine, plants
+from harness.settings import REPO
+
+Event = dict[str, Any]
+OnEvent = Callable[[Event], None]
+COMPILES_PER_BUILD = "2"  # MAX_JOBS: the compile steps one build runs at once (ninja -j)
+WARM_S = 60.0  # how long a job's timing waits for the next job's spare to warm up
+
+
+def execute(
+    job: Job,
+    folders: list[Path],
+    on_event: OnEvent,
+    spare: isolate.Spare | None = None,
+    before_timing: Callable[[], None] | None = None,
+) -> dict[str, Any]:
+    """Run `job` in a worker (`spare`, where given); a module it planted where Python imports
+    from (`folders`, and this process's import path) is removed, and rejects it
+    (harness.run.plants), however the job ended (also when the run stops it)."""
+    watched = plants.ImportPath(folders)
+    try:
+        result = isolate.run_isolated(job, on_event, spare, before_timing)
+    finally:
+        planted = watched.remove_planted()
+    if planted:
+        result = {**result, **plants.rejection(planted), "benchmarks": []}
+    return result
+
+
+def on_device(job: Job, device: str) -> Job:
+    """`job`, run on `device` (a slot's), everything else as the run set it."""
+    return dataclasses.replace(job, settings=dataclasses.replace(job.settings, device=device))
+
+
+class LocalSlot:
+    """One device of this host that judges one job at a time."""
+
+    def __init__(self, device: str) -> None:
+        self.device = device
+        self.name = device
+        self._described: dict[str, Any] | None = None
+        # On a GPU, the next job's worker starts while this one runs: its imports then cost
+        # the slot nothing. Not on a CPU, where it would share the cores a timing runs on.
+        self.spares = device != "cpu"
+        self._spare: isolate.Spare | None = None
+
+    def machine(self) -> dict[str, Any]:
+        """The machine as this slot's device sees it (GPU, driver, host...), read once."""
+        if self._described is None:
+            self._described = machine.describe(torch.device(self.device), REPO)
+        return self._described
+
+    def run(self, job: Job, folders: list[Path], on_event: OnEvent) -> dict[str, Any]:
+        """Run `job` on this slot's device; the result carries the machine and its load as the
+        job began (`machine`)."""
+        busy = machine.load(torch.device(self.device))
+        spare, self._spare = self._spare, None
+        if self.spares:
+            on_event = self._starting_spare(on_event)
+        job = on_device(job, self.device)
+        result = execute(job, folders, on_event, spare, self._spare_warmed)
+        return {**result, "machine": {**self.machine(), **busy}}
+
+    def _starting_spare(self, on_event: OnEvent) -> OnEvent:
+        """`on_event`, which starts the next job's spare worker once this job has begun, and
+        has it warm up on the device at once: this job is not timing yet, and its time step
+        waits for the spare to be warm (`_spare_warmed`)."""
+
+        def seen(event: Event) -> None:
+            if self._spare is None and event.get("kind") == "phase":
+                self._spare = isolate.Spare()
+                self._spare.warm(self.device)
+            on_event(event)
+
+        return seen
+
+    def _spare_warmed(self) -> None:
+        if self._spare is not None:
+            self._spare.wait_warm(WARM_S)
+
+    def close(self) -> None:
+        if self._spare is not None:
+            self._spare.close()
+            self._spare = None
+
+
+class LocalPool:
+    """Builds in `build_jobs` worker processes at once; one slot per device in `devices`."""
+
+    def __init__(self, devices: list[str], build_jobs: int) -> None:
+        self.slots = [LocalSlot(device) for device in devices]
+        self.build_jobs = build_jobs
+        os.environ.setdefault("MAX_JOBS", COMPILES_PER_BUILD)  # workers inherit it
+        self._builder = ThreadPoolExecutor(build_jobs, thread_name_prefix="build")
+
+    def build(self, job: Job, folders: list[Path], on_event: OnEvent) -> Future[dict[str, Any]]:
+        """Start the build job of a solution (task "build"); its result when it is done."""
+        return self._builder.submit(execute, job, folders, on_event)
+
+    def close(self) -> None:
+        """Drop the builds not started (the running ones end with their workers), and the
+        slots' spare workers."""
+        self._builder.shutdown(wait=False, cancel_futures=True)
+        for slot in self.slots:
+            slot.close()
+
+
+def build_jobs(requested: int | None) -> int:
+    """How many builds run at once: `requested`, else one per two cores (each build compiles
+    its C++ and CUDA files side by side: COMPILES_PER_BUILD), at least one."""
+    return requested or max(1, (os.cpu_count() or 1) // int(COMPILES_PER_BUILD))
+
+
+def gpu_devices(requested: str | None, default: str) -> list[str]:
+    """The devices to judge on: `default` (the run's --device) unless --gpus names some: `all`
+    or a list of indices (`0,1`)."""
+    if requested is None:
+        return [default]
+    visible = torch.cuda.device_count() if torch.cuda.is_available() else 0
+    if visible == 0:
+        raise UserError(f"--gpus {requested}: no CUDA device is visible here; drop --gpus")
+    if requested == "all":
+        return [f"cuda:{i}" for i in range(visible)]
+    try:
+        indices = [int(part) for part in requested.split(",")]
+    except ValueError:
+        raise UserError(f"--gpus {requested!r}: give 'all' or GPU indices such as 0,1") from None
+    bad = [i for i in indices if not 0 <= i < visible]
+    if bad or len(set(indices)) != len(indices):
+        raise UserError(
+            f"--gpus {requested}: {visible} GPU(s) visible (0 to {visible - 1}); name each "
+            "at most once"
+        )
+    return [f"cuda:{i}" for i in indices]

@@ -1,0 +1,325 @@
+"""Run many solutions of many problems at once: builds in a pool, judging on every slot.
+
+Every solution's build job is queued as the run starts, as many running at once as the pool
+allows (harness.run.pool). Each solution is judged as soon as its build is done, on the first
+free slot (one per device, one job at a time each). A verdict the build reaches alone (a
+compile error, a CUDA solution on a CPU run) is recorded without a judge. Each record is
+appended the moment it is made, so an interrupted run keeps everything it finished, and
+`--resume` skips what is already recorded for the same solution content, toolchain and
+settings (harness.run.resume).
+
+On a CPU run that times, judging waits for every build: builds would share the cores the
+timing runs on.
+"""
+
+from __future__ import annotations
+
+import queue
+import threading
+from collections.abc import Callable
+from concurrent.futures import Future
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any, Protocol
+
+from harness import status, toolchain
+from harness.errors import UserError
+from harness.loading import Problem
+from harness.measure.worker import Job
+from harness.record import RunRecord
+from harness.run import resume
+from harness.run.discovery import ProblemSource
+from harness.run.reporting import Report
+from harness.run.session import Session, harness_checked
+
+JOIN_S = 0.5  # how often the waiting main thread wakes (for Ctrl-C)
+Work = list[tuple[ProblemSource, list[Path]]]
+Outcome = list[tuple[ProblemSource, "list[RunRecord] | UserError"]]
+
+
+class Slot(Protocol):
+    name: str
+
+    def run(
+        self, job: Job, folders: list[Path], on_event: Callable[[dict[str, Any]], None]
+    ) -> dict[str, Any]: ...
+
+
+class Pool(Protocol):
+    slots: list[Any]
+
+    def build(
+        self, job: Job, folders: list[Path], on_event: Callable[[dict[str, Any]], None]
+    ) -> Future[dict[str, Any]]: ...
+
+
+class Stopped(Exception):
+    """Raised inside a worker's watch when the run stops (Ctrl-C, a harness failure)."""
+
+
+@dataclass(eq=False)
+class Unit:
+    """One solution of one problem, on its way through the run."""
+
+    source: ProblemSource
+    solution: Path
+    index: int  # within its problem, from 1
+    total: int  # its problem's solutions
+    job: Job
+    result: dict[str, Any] | None = None  # reached without a judge: a shortcut or the build's
+    built: dict[str, Any] | None = None  # the build job's result
+    ran: RunRecord | None = None
+    ready: threading.Event = field(default_factory=threading.Event)
+
+    @property
+    def label(self) -> str:
+        return f"{self.source.name}/{self.solution.stem}"
+
+    @property
+    def folders(self) -> list[Path]:
+        return [self.solution.parent, self.source.reference.parent]
+
+
+class Scheduler:
+    def __init__(
+        self,
+        session: Session,
+        pool: Pool,
+        report: Report | None = None,
+        again: bool = False,
+        in_order: bool = True,
+    ) -> None:
+        """`again` (--resume): skip what is recorded for the same content and settings.
+        `in_order`: judge the solutions in their order (each slot takes the next one and waits
+        for its build), else each as soon as it is built (a sweep)."""
+        self.session, self.pool, self.again, self.in_order = session, pool, again, in_order
+        self.cursor = 0  # in order: the next unit to judge
+        self.report = report or Report.serial(session.progress)
+        self.ready: queue.Queue[Unit | None] = queue.Queue()
+        self.stop = threading.Event()
+        self.lock = threading.Lock()  # the run log, the tables and the counts
+        self.failure: BaseException | None = None
+        self.problems: dict[str, tuple[Problem, int] | UserError] = {}
+        self.compiled: dict[str, list[dict[str, Any]]] = {}
+        self.left: dict[str, int] = {}  # each problem's units not yet recorded
+        self.units: list[Unit] = []
+        self.baseline_locks: dict[str, threading.Lock] = {}
+
+    def run(self, work: Work) -> Outcome:
+        """Judge every solution of `work`; each problem's records (in its solutions' order,
+        those recorded earlier included under --resume), or the UserError that refused it."""
+        earlier = resume.Earlier(self.session) if self.again else None
+        skipped: dict[tuple[str, Path], RunRecord] = {}
+        builds: list[Future[dict[str, Any]]] = []
+        for source, solutions in work:
+            for index, solution in enumerate(solutions, start=1):
+                content = toolchain.source_hash(solution)
+                found = earlier.find(source, solution, content) if earlier else None
+                if found is not None:
+                    skipped[(source.name, solution)] = found
+                    continue
+                job = self.session.unit_job(source, solution, index, content)
+                unit = Unit(source, solution, index, len(solutions), job)
+                self.units.append(unit)
+                builds += self._start(unit)
+        self.report.begin(len(self.units), len(skipped))
+        try:
+            self._judge_all(work, builds)
+        finally:
+            self._close()
+        return self._outcome(work, skipped)
+
+    def _start(self, unit: Unit) -> list[Future[dict[str, Any]]]:
+        """Queue `unit`'s build, or the unit itself where it needs no worker."""
+        self.left[unit.source.name] = self.left.get(unit.source.name, 0) + 1
+        unit.result = self.session.shortcut(unit.solution, unit.job.content_hash)
+        if unit.result is not None:
+            self._ready(unit)
+            return []
+        job = replace(unit.job, task="build")  # its log is the judge's, which appends to it
+        self.report.building(unit)
+        future = self.pool.build(job, unit.folders, self._watching(lambda event: None))
+        future.add_done_callback(lambda done: self._built(unit, done))
+        return [future]
+
+    def _built(self, unit: Unit, future: Future[dict[str, Any]]) -> None:
+        if future.cancelled():
+            return
+        error = future.exception()
+        if error is not None:
+            if not isinstance(error, Stopped):
+                self._fail(error)
+            return
+        unit.built = future.result()
+        if self._final(unit.built):
+            unit.result = unit.built
+        self.report.built(unit, unit.built)
+        self._ready(unit)
+
+    def _ready(self, unit: Unit) -> None:
+        unit.ready.set()
+        self.ready.put(unit)
+
+    def _next(self) -> Unit | None:
+        """The next unit to judge, once it is ready; None when there is none left."""
+        if not self.in_order:
+            return self.ready.get()
+        with self.lock:
+            if self.cursor >= len(self.units):
+                return None
+            unit = self.units[self.cursor]
+            self.cursor += 1
+        while not unit.ready.wait(JOIN_S):
+            if self.stop.is_set():
+                raise Stopped
+        return unit
+
+    def _final(self, built: dict[str, Any]) -> bool:
+        """Whether the build job's verdict stands without a judge (worker.build_only)."""
+        if built.get("harness_error") or built["status"] == status.OK:
+            return False
+        if built["status"] in (status.COMPILE_ERROR, status.NO_GPU, status.REJECTED):
+            return True
+        if built["status"] == status.TIMEOUT and built["detail"].startswith("build step"):
+            return True
+        return self.session.device.type == "cpu"
+
+    def _judge_all(self, work: Work, builds: list[Future[dict[str, Any]]]) -> None:
+        for source, _ in work:  # while the builds run
+            try:
+                self.problems[source.name] = self.session.prepare(source)
+            except UserError as err:
+                self.problems[source.name] = err
+        self.session.ceiling()
+        if self.session.device.type == "cpu" and not self.session.settings.checking.check_only:
+            self._wait(lambda: all(f.done() for f in builds))
+        threads = [
+            threading.Thread(target=self._serve, args=(slot,), daemon=True, name=slot.name)
+            for slot in self.pool.slots
+        ]
+        for thread in threads:
+            thread.start()
+        self._wait(lambda: not any(self.left.values()))
+        for _ in threads:
+            self.ready.put(None)
+        self._wait(lambda: not any(t.is_alive() for t in threads))
+
+    def _wait(self, done: Callable[[], bool]) -> None:
+        """Wait until `done()`, waking often (Ctrl-C is raised here); a failure in a thread
+        stops the run and is raised here."""
+        try:
+            while not done():
+                if self.failure is not None:
+                    raise self.failure
+                self.stop.wait(JOIN_S)
+                self.report.tick()
+            if self.failure is not None:
+                raise self.failure
+        except BaseException:
+            self.stop.set()
+            raise
+
+    def _serve(self, slot: Slot) -> None:
+        """A slot's thread: judge ready units one at a time until the run ends."""
+        while not self.stop.is_set():
+            try:
+                unit = self._next()
+                if unit is None:
+                    return
+                self._judge(unit, slot)
+            except Stopped:
+                return
+            except BaseException as err:
+                self._fail(err)
+                return
+
+    def _judge(self, unit: Unit, slot: Slot) -> None:
+        prepared = self.problems[unit.source.name]
+        if isinstance(prepared, UserError):  # refused: none of its units is recorded
+            with self.lock:
+                self._count_done(unit)
+            self.report.dropped(unit)
+            return
+        problem, cases = prepared
+        compiled: list[dict[str, Any]] = []
+        result = unit.result
+        if result is None:
+            if self.session.settings.timing.compile:
+                compiled = self._baselines(unit, problem, slot)
+            on_event = self.report.judging(unit, slot.name)
+            judged = slot.run(unit.job, unit.folders, self._watching(on_event))
+            result = harness_checked(judged, unit.job)
+            result = _with_builds(result, unit.built)
+        ran = self.session.record_for(unit.source, unit.job, result, cases, compiled)
+        with self.lock:
+            self.session.keep(ran)
+            unit.ran = ran
+            self._count_done(unit)
+        self.report.judged(unit, ran, self.session.announce(ran, unit.source, result))
+
+    def _count_done(self, unit: Unit) -> None:
+        name = unit.source.name
+        self.left[name] -= 1
+        if not self.left[name] and any(u.ran for u in self.units if u.source.name == name):
+            self.session.render(name)
+
+    def _baselines(self, unit: Unit, problem: Problem, slot: Slot) -> list[dict[str, Any]]:
+        """The problem's torch.compile baselines, timed once, on the first slot that needs them."""
+        name = unit.source.name
+        with self.lock:
+            lock = self.baseline_locks.setdefault(name, threading.Lock())
+        with lock:
+            if name not in self.compiled:
+                run_job = lambda job: slot.run(job, unit.folders, self._watching(lambda e: None))  # noqa: E731
+                self.compiled[name] = self.session.compile_baselines(unit.source, problem, run_job)
+        return self.compiled[name]
+
+    def _watching(
+        self, on_event: Callable[[dict[str, Any]], None]
+    ) -> Callable[[dict[str, Any]], None]:
+        """`on_event`, which stops the worker it watches once the run stops."""
+
+        def watched(event: dict[str, Any]) -> None:
+            if self.stop.is_set():
+                raise Stopped
+            on_event(event)
+
+        return watched
+
+    def _fail(self, error: BaseException) -> None:
+        if self.failure is None:
+            self.failure = error
+        self.stop.set()
+
+    def _close(self) -> None:
+        """Stop what still runs; re-render every table that gained a row (also on Ctrl-C)."""
+        self.stop.set()
+        self.report.close()
+        with self.lock:
+            touched = {u.source.name for u in self.units if u.ran} - {
+                name for name, left in self.left.items() if not left
+            }
+            for name in sorted(touched):
+                self.session.render(name)
+
+    def _outcome(self, work: Work, skipped: dict[tuple[str, Path], RunRecord]) -> Outcome:
+        ran = {(u.source.name, u.solution): u.ran for u in self.units}
+        outcome: Outcome = []
+        for source, solutions in work:
+            prepared = self.problems.get(source.name)
+            if isinstance(prepared, UserError):
+                outcome.append((source, prepared))
+                continue
+            records = [
+                skipped.get((source.name, s)) or ran.get((source.name, s)) for s in solutions
+            ]
+            outcome.append((source, [r for r in records if r is not None]))
+        return outcome
+
+
+def _with_builds(result: dict[str, Any], built: dict[str, Any] | None) -> dict[str, Any]:
+    """The judge's result, with the builds its build job compiled (the judge found them in the
+    cache)."""
+    if built and any(not b.get("cached") for b in built.get("builds") or ()):
+        return {**result, "builds": built["builds"], "build_s": built.get("build_s")}
+    return result

@@ -1,0 +1,185 @@
+"""The scheduler (harness.run.scheduler) on a pool of stand-ins: no worker, no build.
+
+What a real worker does is tested elsewhere; here, what the scheduler decides: which build
+verdicts stand without a judge, the order of judging, one record per solution whatever the
+slots, a harness failure that stops the run keeping what was recorded, and --resume's match.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import threading
+import time
+from concurrent.futures import Future
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from harness import status
+from harness.errors import HarnessError
+from harness.measure.worker import Job
+from harness.record import read
+from harness.run import resume
+from harness.run.discovery import ProblemSource
+from harness.run.reporting import Report
+from harness.run.scheduler import Scheduler
+from harness.run.session import Session
+from harness.settings import Checking, Places, Settings
+from tests.conftest import TOY, toy_solution
+
+MACHINE = {"device": "cuda:0", "gpu": "Stand-in GPU", "torch": "2.x", "cuda": "13.0"}
+
+
+def verdict(kind: str, detail: str = "") -> dict[str, Any]:
+    return {"status": kind, "detail": detail, "benchmarks": [], "checks": 3}
+
+
+class FakeSlot:
+    """Judges by the solution's stem, as `verdicts` says; remembers what it judged."""
+
+    def __init__(
+        self, name: str, verdicts: dict[str, dict[str, Any]], meet: threading.Barrier | None
+    ) -> None:
+        self.name, self.verdicts, self.meet = name, verdicts, meet
+        self.judged: list[str] = []
+
+    def run(self, job: Job, folders: list[Path], on_event: Any) -> dict[str, Any]:
+        if self.meet is not None and not self.judged:  # the first jobs of all slots at once
+            self.meet.wait(timeout=20)
+        on_event({"kind": "tick", "phase": "time", "building": False, "elapsed": 0.0})
+        stem = Path(job.solution).stem
+        self.judged.append(stem)
+        return {
+            **self.verdicts.get(stem, verdict(status.OK)),
+            "machine": {**MACHINE, "device": self.name},
+        }
+
+
+class FakePool:
+    """Builds finish after `delays[stem]` seconds with `builds[stem]` (default ok)."""
+
+    def __init__(
+        self,
+        slots: int = 1,
+        builds: dict[str, dict[str, Any]] | None = None,
+        judged: dict[str, dict[str, Any]] | None = None,
+        delays: dict[str, float] | None = None,
+        meet: bool = False,
+    ) -> None:
+        barrier = threading.Barrier(slots) if meet else None
+        self.slots = [FakeSlot(f"cuda:{i}", judged or {}, barrier) for i in range(slots)]
+        self.builds, self.delays = builds or {}, delays or {}
+        self.started: list[str] = []
+
+    def build(self, job: Job, folders: list[Path], on_event: Any) -> Future[dict[str, Any]]:
+        stem = Path(job.solution).stem
+        self.started.append(stem)
+        future: Future[dict[str, Any]] = Future()
+        result = self.builds.get(stem, verdict(status.OK))
+
+        def finish() -> None:
+            time.sleep(self.delays.get(stem, 0.0))
+            future.set_result(result)
+
+        threading.Thread(target=finish, daemon=True).start()
+        return future
+
+    def judged(self) -> list[str]:
+        return [stem for slot in self.slots for stem in slot.judged]
+
+
+def session_on(tmp_path: Path, device: str = "cuda:0", **checking: Any) -> Session:
+    places = Places(tmp_path / "results", tmp_path / "builds", tmp_path / "logs")
+    settings = Settings(device=device, places=places, checking=Checking(**checking), audit=False)
+    return Session(settings, described=MACHINE)
+
+
+def toy_work(*names: str) -> list[tuple[ProblemSource, list[Path]]]:
+    source = ProblemSource("toy", (TOY / "reference.py").resolve())
+    return [(source, [Path(toy_solution(name)) for name in names])]
+
+
+NAMES = ("good", "wrong_scale", "raises", "returns_list")
+
+
+def test_a_compile_error_stands_without_a_judge_and_order_is_kept(tmp_path: Path) -> None:
+    builds = {"raises": verdict(status.COMPILE_ERROR, "main.cu:3: error: boom")}
+    delays = {"good": 0.3}  # built last, judged first: in order
+    pool = FakePool(builds=builds, delays=delays, judged={"wrong_scale": verdict(status.INCORRECT)})
+    session = session_on(tmp_path)
+    outcome = Scheduler(session, pool, Report()).run(toy_work(*NAMES))
+    assert sorted(pool.started) == sorted(NAMES)  # every build started
+    assert pool.judged() == ["good", "wrong_scale", "returns_list"]  # not the compile error
+    records = outcome[0][1]
+    assert not isinstance(records, Exception)
+    assert [(r.solution, r.status) for r in records] == [
+        ("good", status.OK),
+        ("wrong_scale", status.INCORRECT),
+        ("raises", status.COMPILE_ERROR),
+        ("returns_list", status.OK),
+    ]
+    assert [r.solution for r in read(session.folder)] == list(NAMES)  # appended in order
+
+
+def test_a_failed_import_on_a_gpu_run_is_judged_again_but_not_on_a_cpu_run(
+    tmp_path: Path,
+) -> None:
+    builds = {"raises": verdict(status.LOAD_ERROR, "importing it raised RuntimeError")}
+    gpu = FakePool(builds=builds)
+    Scheduler(session_on(tmp_path / "gpu"), gpu, Report()).run(toy_work("raises"))
+    assert gpu.judged() == ["raises"]  # the build saw no GPU: the judge decides
+    cpu = FakePool(builds=builds)
+    session = session_on(tmp_path / "cpu", device="cpu", check_only=True)
+    Scheduler(session, cpu, Report()).run(toy_work("raises"))
+    assert cpu.judged() == []
+    assert [r.status for r in read(session.folder)] == [status.LOAD_ERROR]
+
+
+def test_two_slots_judge_at_once_and_record_each_solution_once(tmp_path: Path) -> None:
+    # Each slot's first job waits for the other's: a run judging one at a time would fail.
+    pool = FakePool(slots=2, meet=True)
+    session = session_on(tmp_path)
+    Scheduler(session, pool, Report(), in_order=False).run(toy_work(*NAMES))
+    records = read(session.folder)
+    assert sorted(r.solution for r in records) == sorted(NAMES)
+    assert {r.machine.device for r in records} == {"cuda:0", "cuda:1"}  # each where it ran
+
+
+def test_a_harness_failure_stops_the_run_and_keeps_what_was_recorded(tmp_path: Path) -> None:
+    failing = {**verdict(status.RUNTIME_ERROR, "harness error: disk full"), "harness_error": True}
+    pool = FakePool(judged={"raises": failing})
+    session = session_on(tmp_path)
+    with pytest.raises(HarnessError, match="disk full"):
+        Scheduler(session, pool, Report()).run(toy_work("good", "raises", "wrong_scale"))
+    assert [r.solution for r in read(session.folder)] == ["good"]
+    assert "wrong_scale" not in pool.judged()
+
+
+def test_resume_skips_only_what_the_run_would_make_again(tmp_path: Path) -> None:
+    first = session_on(tmp_path, trials=2)
+    Scheduler(first, FakePool(), Report()).run(toy_work("good", "wrong_scale"))
+    again = session_on(tmp_path, trials=2, secret=7)  # a new secret: still the same run
+    pool = FakePool()
+    outcome = Scheduler(again, pool, Report(), again=True).run(toy_work("good", "raises"))
+    assert pool.judged() == ["raises"] and pool.started == ["raises"]
+    records = outcome[0][1]
+    assert not isinstance(records, Exception)
+    assert [r.solution for r in records] == ["good", "raises"]  # the earlier one shown too
+    assert len(read(again.folder)) == 3
+    other = FakePool()  # more trials: another run, judged again
+    Scheduler(session_on(tmp_path, trials=3), other, Report(), again=True).run(toy_work("good"))
+    assert other.judged() == ["good"]
+
+
+def test_settings_that_differ_by_design_do_not_block_a_resume(tmp_path: Path) -> None:
+    base = session_on(tmp_path).settings
+    moved = dataclasses.replace(
+        base,
+        device="cuda:1",
+        checking=dataclasses.replace(base.checking, secret=12345),
+        places=Places(tmp_path / "elsewhere"),
+    )
+    assert resume.comparable(moved) == resume.comparable(base)
+    stricter = dataclasses.replace(base, checking=dataclasses.replace(base.checking, trials=9))
+    assert resume.comparable(stricter) != resume.comparable(base)
