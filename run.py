@@ -32,11 +32,9 @@ from pathlib import Path
 from harness import settings, status
 from harness.errors import HarnessError, UserError
 from harness.run import driving
-from harness.settings import REPO
+from harness.run.driving import EXIT_FAILED, EXIT_INPUT, EXIT_OK, PROBLEMS_DIR, SOLUTIONS_DIR
 
-EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_INPUT, EXIT_HARNESS, EXIT_INTERRUPTED = 0, 1, 2, 3, 4, 130
-PROBLEMS_DIR = REPO / "problems"
-SOLUTIONS_DIR = REPO / "solutions"
+EXIT_USAGE, EXIT_HARNESS, EXIT_INTERRUPTED = 2, 4, 130  # beside driving's EXIT_OK, _FAILED, _INPUT
 HELP_WIDTH = 80  # -h fits this many columns
 INDENT, STEP = " " * 17, " " * 5  # continuation lines of the statuses and of the rule's steps
 

@@ -150,8 +150,7 @@ def run(job: Job, send: Send) -> dict[str, Any]:
             send("phase", phase="time")
             result["benchmarks"] = compile_baseline(problem, device, job.settings)
             return result
-        skip = _cuda_unavailable() or cuda_not_asked(device, job.settings)
-        watcher = BuildWatcher(send, skip, Path(job.log_path))
+        watcher = _watcher(job, device, send)
         watcher.install()
         profiling.warm_up(device)  # before the snapshot: it rebinds some of torch's names
         snapshot = integrity.Snapshot()
@@ -180,10 +179,7 @@ def run(job: Job, send: Send) -> dict[str, Any]:
         )
     except BaseException as err:  # escaped every guard: the solution's doing, or the harness's
         result.update(_escaped(err, Path(job.solution), started), benchmarks=[])
-    if watcher is not None:
-        result["builds"] = [asdict(b) for b in watcher.builds]
-        result["build_s"] = watcher.seconds
-    return result
+    return {**result, **_builds(watcher)} if watcher is not None else result
 
 
 def build_only(job: Job, send: Send) -> dict[str, Any]:
@@ -196,17 +192,10 @@ def build_only(job: Job, send: Send) -> dict[str, Any]:
     settings = job.settings
     send("phase", phase="load")
     device = torch.device(settings.device)
-    skip = _cuda_unavailable() or cuda_not_asked(device, settings)
-    watcher = BuildWatcher(send, skip, Path(job.log_path))
+    watcher = _watcher(job, device, send)
     started = False  # whether any of the solution's code has run
     try:
-        use_build_cache(
-            settings.places.build_dir,
-            job.problem,
-            Path(job.solution),
-            settings.arch,
-            job.content_hash,
-        )
+        _use_build_cache(job)
         watcher.install()
         started = True
         _load_solution(job, device, watcher)
@@ -214,9 +203,19 @@ def build_only(job: Job, send: Send) -> dict[str, Any]:
         result.update(status=verdict.status, detail=verdict.detail, reason=verdict.reason)
     except BaseException as err:
         result.update(_escaped(err, Path(job.solution), started))
-    result["builds"] = [asdict(b) for b in watcher.builds]
-    result["build_s"] = watcher.seconds
-    return result
+    return {**result, **_builds(watcher)}
+
+
+def _watcher(job: Job, device: torch.device, send: Send) -> BuildWatcher:
+    """The watcher of the job's builds, which skips CUDA builds where none can be compiled or
+    run here (run.py's --compile-cuda asks for them anyway)."""
+    skip = _cuda_unavailable() or cuda_not_asked(device, job.settings)
+    return BuildWatcher(send, skip, Path(job.log_path))
+
+
+def _builds(watcher: BuildWatcher) -> dict[str, Any]:
+    """The result fields of the builds `watcher` saw."""
+    return {"builds": [asdict(b) for b in watcher.builds], "build_s": watcher.seconds}
 
 
 def _teller(send: Send) -> Callable[[str], None]:
@@ -270,10 +269,7 @@ def setup(job: Job) -> tuple[Problem, torch.device]:
     """The job's build folder, full float32 precision, its problem and its device: what any
     process that runs the job's solution sets first (the worker, harness.measure.witness)."""
     settings = job.settings
-    folder = use_build_cache(
-        settings.places.build_dir, job.problem, Path(job.solution), settings.arch, job.content_hash
-    )
-    print(f"build folder: {folder}", flush=True)
+    print(f"build folder: {_use_build_cache(job)}", flush=True)
     # Full float32 precision for the reference: TF32 convolutions would make it less exact than
     # the kernels it judges.
     torch.backends.cudnn.allow_tf32 = False
@@ -287,6 +283,13 @@ def setup(job: Job) -> tuple[Problem, torch.device]:
         device = torch.device("cuda", device.index or 0)  # set_device needs an index
         torch.cuda.set_device(device)
     return problem, device
+
+
+def _use_build_cache(job: Job) -> Path:
+    """Build the job's solution in its own folder of the build cache (toolchain.use_build_cache)."""
+    settings = job.settings
+    solution, content = Path(job.solution), job.content_hash
+    return use_build_cache(settings.places.build_dir, job.problem, solution, settings.arch, content)
 
 
 def _cuda_unavailable() -> str | None:

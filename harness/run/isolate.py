@@ -143,8 +143,11 @@ def _watch(
     spent: dict[str, float] = {}  # seconds in each phase, the current one until now
     entered = time.monotonic()
 
+    def count(now: float) -> None:  # the current phase's seconds since `entered`
+        spent[phase] = round(spent.get(phase, 0.0) + now - entered, 3)
+
     def at() -> dict:
-        spent[phase] = round(spent.get(phase, 0.0) + time.monotonic() - entered, 3)
+        count(time.monotonic())
         return {"phase": phase, "case": case, "phase_s": dict(spent)}
 
     while True:
@@ -159,7 +162,7 @@ def _watch(
                 return {**message, **at()}
             if kind == "phase":
                 now = time.monotonic()
-                spent[phase] = round(spent.get(phase, 0.0) + now - entered, 3)
+                count(now)
                 phase, phase_start, entered, case = message["phase"], now, now, None
             elif kind == "case":
                 case = message["name"]

@@ -20,6 +20,7 @@ from tqdm import tqdm
 from harness import status
 from harness.results import report
 from harness.run.progress import QUIET_S, Progress
+from harness.stats import geomean
 
 if TYPE_CHECKING:
     from harness.record import RunRecord
@@ -194,10 +195,7 @@ def verdict_line(ran: RunRecord) -> str:
     line = ran.status
     speedups = [report.bench_speedup(bench).value for bench in ran.benchmarks]
     if speedups:
-        product = 1.0
-        for value in speedups:
-            product *= value
-        line += f" {product ** (1 / len(speedups)):.2f}x over eager ({len(speedups)} shape(s))"
+        line += f" {geomean(speedups):.2f}x over eager ({len(speedups)} shape(s))"
     if ran.status not in status.PASSING and ran.detail:
         line += f": {ran.detail[:DETAIL_CHARS]}"
     return line

@@ -11,7 +11,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from harness import record, toolchain
+from harness import record
 from harness.record import RunRecord
 from harness.run.discovery import ProblemSource
 from harness.settings import Settings
@@ -35,19 +35,17 @@ class Earlier:
     """The session's results folder as the run began: its records, by solution content."""
 
     def __init__(self, session: Session) -> None:
+        self.session = session
         self.settings = comparable(session.settings)
         self.toolchain = [session.machine.get(key) for key in TOOLCHAIN]
         log = session.folder / record.LOG_NAME
         self.by_content: dict[str, list[RunRecord]] = {}
         for ran in record.read(session.folder) if log.exists() else []:
             self.by_content.setdefault(ran.solution_hash, []).append(ran)
-        self._references: dict[Path, str] = {}
 
     def find(self, source: ProblemSource, solution: Path, content: str) -> RunRecord | None:
         """The newest record of this solution that the run would make again, or None."""
-        reference = self._references.get(source.reference)
-        if reference is None:
-            reference = self._references[source.reference] = toolchain.source_hash(source.reference)
+        reference = self.session.reference_hash(source)
         for ran in reversed(self.by_content.get(content, [])):
             if (
                 ran.problem == source.name

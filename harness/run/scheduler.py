@@ -255,7 +255,8 @@ class Scheduler:
             self.session.keep(ran)
             unit.ran = ran
             self._count_done(unit)
-        self.report.judged(unit, ran, self.session.announce(ran, unit.source, result))
+        again = self.session.announce(ran, unit.source, unit.solution, result)
+        self.report.judged(unit, ran, again)
 
     def _count_done(self, unit: Unit) -> None:
         name = unit.source.name

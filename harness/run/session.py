@@ -49,6 +49,7 @@ class Session:
         self.folder = settings.places.results_dir / machine.slug(self.machine)
         self.recording = recording
         self._ceiling: dict[str, Any] | None = None
+        self._reference_hashes: dict[Path, str] = {}
         self._earlier: dict[str, RunRecord] | None = None  # by content, read once (on a CPU)
         self._check_places()
 
@@ -81,21 +82,11 @@ class Session:
             )
         return self._ceiling
 
-    def run_problem(self, source: ProblemSource, solutions: list[Path]) -> list[RunRecord]:
-        """Check and time `solutions` of `source` on this session's device (builds in a pool
-        beside it); append each record; re-render the tables."""
-        from harness.run.pool import LocalPool, build_jobs
-        from harness.run.scheduler import Scheduler
-
-        pool = LocalPool([self.settings.device], build_jobs(None))
-        try:
-            outcome = Scheduler(self, pool).run([(source, solutions)])
-        finally:
-            pool.close()
-        done = outcome[0][1]
-        if isinstance(done, UserError):
-            raise done
-        return done
+    def reference_hash(self, source: ProblemSource) -> str:
+        """The reference's sources (toolchain.source_hash), read once per run."""
+        if source.reference not in self._reference_hashes:
+            self._reference_hashes[source.reference] = toolchain.source_hash(source.reference)
+        return self._reference_hashes[source.reference]
 
     def prepare(self, source: ProblemSource) -> tuple[Problem, int]:
         """The problem, loaded and audited once, and how many of its cases are checked."""
@@ -212,15 +203,13 @@ class Session:
             ),
             warnings=tuple(scan.scan(solution) + result.get("warnings", []) + witnessed),
             ceiling=Ceiling.from_dict(measured_ceiling) if measured_ceiling else None,
-            **record.reported(
-                {**result, "reference_hash": toolchain.source_hash(source.reference)}
-            ),
+            **record.reported({**result, "reference_hash": self.reference_hash(source)}),
         )
 
-    def announce(self, ran: RunRecord, source: ProblemSource, result: dict[str, Any]) -> str:
+    def announce(
+        self, ran: RunRecord, source: ProblemSource, solution: Path, result: dict[str, Any]
+    ) -> str:
         """The replay command for a failed solution, or ''."""
-        path = Path(ran.solution_path)
-        solution = path if path.is_absolute() else REPO / path
         return replay.command(ran, source, solution, result.get("phase"), result.get("case")) or ""
 
     def _witness(
@@ -264,7 +253,7 @@ class Session:
     ) -> list[dict[str, Any]]:
         """The problem's torch.compile baselines: cached ones, else measured now by `run_job`
         (a worker on a slot's device)."""
-        reference_hash = toolchain.source_hash(source.reference)
+        reference_hash = self.reference_hash(source)
         timing = self.settings.timing
         context = {
             "problem": source.name,
