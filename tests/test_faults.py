@@ -389,8 +389,10 @@ def test_ctrl_c_keeps_what_was_recorded_and_leaves_no_worker(
     process = launch("interrupted", "--problem", str(TOY), *solutions, *quick, sigint=inherited)
     wait_for("the first record", lambda: whole_records(tmp_path / "results"))
 
-    def hangs_started() -> bool:  # its worker is past its start: it logged its job
-        return any("job:" in p.read_text() for p in tmp_path.glob("logs/*/02-toy--hangs.log"))
+    def hangs_started() -> bool:  # its judge is past its start: it logged its job (the build
+        # job, which ran before, logs into the same file with task 'build')
+        logs = tmp_path.glob("logs/*/02-toy--hangs.log")
+        return any("'task': 'solution'" in p.read_text() for p in logs)
 
     wait_for("the second worker to run", hangs_started)
     workers = {
