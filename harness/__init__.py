@@ -19,6 +19,8 @@ measure/   the worker process, one per solution: builds, checks and times it
     builds     watch the extension builds a solution makes
     sourcemap  point a compiler error in load_inline's generated files at the solution's .py
     checking   build Model and ModelNew alike and check every case
+    modes      the reference's training or inference mode, and the modules it changes
+    kernelbench  --as kernelbench: KernelBench's criterion and timer, reproduced
     gradients  the backward of a BACKWARD problem: every input's and parameter's gradient
     anticheat  the rules each inspected call must keep (inputs, aliasing, late work, poison)
     feeding    fresh inputs for every timed call, and spot checks of timed outputs
@@ -26,12 +28,14 @@ measure/   the worker process, one per solution: builds, checks and times it
     profiling  the profiler's check that a solution runs kernels of its own, not as a fig leaf
     benchmarking  time each benchmark shape (solution vs eager, or the torch.compile baseline)
     timing     sample calls side by side under the stopping rule; CUDA-event and wall timers
+    percall    each call timed from an idle device, host included; which side is host-bound
     roofline   bytes and FLOPs a problem must move, and the GPU's copy-bandwidth ceiling
     gpustate   SM clock, temperature, throttling, other processes through NVML (read only)
     witness    the one call that ncu counts, in a process of its own (run.py --ncu)
 results/   reads recorded files only (no GPU, no worker): what people read
     rendering  re-render a results folder (tables, charts, summary), reading its log once
     report     a problem's tables (markdown and CSV)
+    flagged    a row's flags: what a reader must know before trusting its numbers
     summary    the summary across problems: scores, best per problem, fast_p
     comparison compare two recorded runs, shape by shape: time and speedup ratios, verdicts
     load       the machine's load a run was timed under, and when a row is flagged for it

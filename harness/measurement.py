@@ -32,6 +32,10 @@ class Measurement:
         return statistics.median(self.times_us)
 
     @property
+    def mean_us(self) -> float:
+        return statistics.fmean(self.times_us)
+
+    @property
     def interval(self) -> Interval:
         """The median with its 95% distribution-free interval (stats.median_interval)."""
         return stats.median_interval(self.times_us)
@@ -73,4 +77,29 @@ class Measurement:
     def from_dict(cls, data: Data) -> Measurement:
         return cls(
             tuple(data["times_us"]), data["method"], data.get("host_us"), data.get("synchronizes")
+        )
+
+
+@dataclass(frozen=True)
+class PerCall:
+    """Both sides timed call by call from an idle device, host time included
+    (harness.measure.timing.PerCallTimer), and the speedup that gives."""
+
+    reference: Measurement
+    solution: Measurement
+    speedup: Interval
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "reference": self.reference.to_dict(),
+            "solution": self.solution.to_dict(),
+            "speedup": self.speedup.to_dict(),
+        }
+
+    @classmethod
+    def from_dict(cls, data: Data) -> PerCall:
+        return cls(
+            Measurement.from_dict(data["reference"]),
+            Measurement.from_dict(data["solution"]),
+            Interval(**data["speedup"]),
         )

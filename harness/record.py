@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any, ClassVar, TypeVar
 
 from harness import files
-from harness.measurement import Measurement
+from harness.measurement import Measurement, PerCall
 from harness.settings import REPO, Settings
 from harness.stats import Interval
 
@@ -118,6 +118,8 @@ class BenchRow:
     vs_compile: Interval | None = None  # speedup over `compile`, unless it gave a wrong answer
     witness: Witness | None = None  # what Nsight Compute counted (run.py --ncu)
     backward: str | None = None  # "backward" or "forward+backward": a pass's row, else None
+    per_call: PerCall | None = None  # host time included (GPU rows since 2026-12-01)
+    host_bound: str | None = None  # "reference" or "solution": per-call and device speedups part
 
     def to_dict(self) -> dict[str, Any]:
         data = {
@@ -125,7 +127,7 @@ class BenchRow:
             "inputs": list(self.inputs),
             "reference": self.reference.to_dict(),
             "solution": self.solution.to_dict(),
-            "speedup": _interval_dict(self.speedup),
+            "speedup": (self.speedup.to_dict() if self.speedup else None),
             "mode": self.mode,
             "stop": self.stop,
             "note": self.note,
@@ -138,8 +140,10 @@ class BenchRow:
         present_only = {  # keys a row carries only when they apply
             "spot_checks": self.spot_checks,
             "wall_us": self.wall_us,
+            "per_call": self.per_call.to_dict() if self.per_call else None,
+            "host_bound": self.host_bound,
             "compile": self.compile.to_dict() if self.compile else None,
-            "vs_compile": _interval_dict(self.vs_compile),
+            "vs_compile": (self.vs_compile.to_dict() if self.vs_compile else None),
             "witness": self.witness.to_dict() if self.witness else None,
             "backward": self.backward,
         }
@@ -148,12 +152,13 @@ class BenchRow:
     @classmethod
     def from_dict(cls, data: Data) -> BenchRow:
         state, compiled, witness = data.get("state"), data.get("compile"), data.get("witness")
+        per_call = data.get("per_call")
         return cls(
             name=data["name"],
             inputs=tuple(data.get("inputs") or ()),
             reference=Measurement.from_dict(data["reference"]),
             solution=Measurement.from_dict(data["solution"]),
-            speedup=_interval(data.get("speedup")),
+            speedup=Interval.read(data.get("speedup")),
             mode=data.get("mode"),
             stop=data.get("stop"),
             note=data.get("note"),
@@ -165,9 +170,11 @@ class BenchRow:
             spot_checks=data.get("spot_checks"),
             wall_us=data.get("wall_us"),
             compile=CompileBaseline.from_dict(compiled) if compiled else None,
-            vs_compile=_interval(data.get("vs_compile")),
+            vs_compile=Interval.read(data.get("vs_compile")),
             witness=Witness.from_dict(witness) if witness else None,
             backward=data.get("backward"),
+            per_call=PerCall.from_dict(per_call) if per_call else None,
+            host_bound=data.get("host_bound"),
         )
 
 
@@ -389,11 +396,3 @@ def read(folder: Path) -> list[RunRecord]:
         path = folder / LOG_NAME
         print(f"warning: {path}: skipped {skipped} line(s) that are not records", file=sys.stderr)
     return records
-
-
-def _interval(data: Data | None) -> Interval | None:
-    return Interval(data["value"], data["low"], data["high"]) if data else None
-
-
-def _interval_dict(interval: Interval | None) -> dict[str, float] | None:
-    return interval.to_dict() if interval else None

@@ -21,6 +21,7 @@ from harness.tolerance import Tolerance
 
 REPO = Path(__file__).resolve().parent.parent
 FLUSHES = ("read", "write")
+HARNESS, KERNELBENCH = "harness", "kernelbench"  # the profiles a run is judged under (--as)
 COMPARE_THRESHOLD = 0.02  # run.py --compare: a change smaller than this share is "unchanged"
 
 
@@ -90,8 +91,25 @@ class Checking:
         "run the correctness checks and skip timing (the record has no benchmark rows)",
         action="store_true",
     )
+    profile: str = option(
+        HARNESS,
+        "judge as this harness does, or as KernelBench's evaluator does: its allclose criterion "
+        "and its timer (events around one call after a 256 MB fill, the mean of 100), with "
+        "every defence of this harness kept; results go to <machine>-kernelbench/",
+        flag="--as",
+        choices=(HARNESS, KERNELBENCH),
+    )
+    kernelbench_tolerance: float | None = option(
+        None,
+        "with --as kernelbench: atol = rtol for its allclose (default: its precision table, "
+        "1e-4 for float32, 1e-2 for float16 and bfloat16; KernelBench v0 and v0.1 used 1e-2)",
+        type=float,
+        metavar="TOL",
+    )
 
     def __post_init__(self) -> None:
+        if self.kernelbench_tolerance is not None and self.profile != KERNELBENCH:
+            raise ValueError("--kernelbench-tolerance goes with --as kernelbench")
         if self.trials < 1:
             raise ValueError("--trials must be at least 1")
         if self.secret < 0:
@@ -211,6 +229,16 @@ class Settings:
     timing: Timing = Timing()
     limits: Limits = Limits()
     places: Places = Places()
+
+    def __post_init__(self) -> None:
+        if self.checking.profile == KERNELBENCH and self.timing.graph:
+            raise ValueError("--as kernelbench times call by call, as KernelBench does: no --graph")
+
+    @property
+    def results_folder_suffix(self) -> str:
+        """What the machine's results folder name gets for this run's profile: '-kernelbench'
+        under --as kernelbench, so rows judged two ways never share a table."""
+        return "" if self.checking.profile == HARNESS else f"-{self.checking.profile}"
 
     def to_dict(self) -> dict[str, Any]:
         """The settings as JSON-ready values (paths as strings), nested as the classes are."""

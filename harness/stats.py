@@ -17,7 +17,7 @@ statistics rather than a normal model:
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -35,6 +35,11 @@ class Interval:
 
     def to_dict(self) -> dict[str, float]:
         return {"value": self.value, "low": self.low, "high": self.high}
+
+    @classmethod
+    def read(cls, data: Mapping[str, float] | None) -> Interval | None:
+        """The interval `to_dict` wrote, or None where none was written."""
+        return cls(data["value"], data["low"], data["high"]) if data else None
 
 
 def relative_standard_error(samples: Sequence[float]) -> float:
@@ -78,6 +83,30 @@ def unpaired_ratio(
     each = math.sqrt(confidence)
     top, bottom = median_interval(numerator, each), median_interval(denominator, each)
     return Interval(top.value / bottom.value, top.low / bottom.high, top.high / bottom.low)
+
+
+def mean_interval(samples: Sequence[float], confidence: float = CONFIDENCE) -> Interval:
+    """The mean and its normal-approximation interval (mean +- z * standard error)."""
+    if not samples:
+        raise ValueError("no samples")
+    values = np.asarray(samples, dtype=np.float64)
+    mean = float(values.mean())
+    half = (
+        _z(confidence) * float(values.std(ddof=1)) / math.sqrt(len(values))
+        if len(values) > 1
+        else 0.0
+    )
+    return Interval(mean, mean - half, mean + half)
+
+
+def mean_ratio(
+    numerator: Sequence[float], denominator: Sequence[float], confidence: float = CONFIDENCE
+) -> Interval:
+    """mean(numerator) / mean(denominator), as KernelBench reports a speedup, with the
+    conservative joint interval of `quotient`."""
+    each = math.sqrt(confidence)
+    top, bottom = mean_interval(numerator, each), mean_interval(denominator, each)
+    return quotient(top, bottom)
 
 
 def quotient(numerator: Interval, denominator: Interval) -> Interval:

@@ -16,7 +16,7 @@ import torch
 import run
 from harness import loading, matching, status
 from harness.errors import Verdict
-from harness.matching import Tolerance
+from harness.matching import Tolerance, mismatch
 from harness.measure import anticheat, benchmarking, checking, feeding, integrity, profiling
 from harness.measure.profiling import Kernel, Profile
 from harness.run import scan
@@ -113,7 +113,8 @@ class Doubler(torch.nn.Module):
 
 def fed(model: Any, sets: list[list[Any]] | None = None) -> feeding.Feed:
     """A feed whose every call is checked against Doubler (seeded, for the tests)."""
-    check = feeding.output_check(Doubler(), CPU, Tolerance())
+    criterion = lambda pristine: lambda expected, actual: mismatch(expected, actual, Tolerance())  # noqa: E731
+    check = feeding.output_check(Doubler(), CPU, criterion)
     checker = feeding.SpotChecker(check, CPU, "benchmark 'b'", random.Random(0))
     checker.force(10**6)
     sets = sets or [[torch.randn(8, 8)], [torch.randn(8, 8)]]

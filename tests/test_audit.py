@@ -52,7 +52,8 @@ def checks(findings: list[Finding]) -> list[tuple[str, str]]:
             [(REJECT, "error")],
             "get_inputs() raised RuntimeError: Trying to create tensor with negative dimension",
         ),
-        ("noisy_reference", [(WARN, "nondeterministic"), ONE_SHAPE], "on the same inputs"),
+        ("unseeded_reference", [(WARN, "nondeterministic"), ONE_SHAPE], "on the same inputs"),
+        ("random_reference", [(REJECT, "random"), ONE_SHAPE], "changes with torch's random seed"),
     ],
 )
 def test_each_fixture_gets_exactly_its_findings(

@@ -9,7 +9,7 @@ import pytest
 
 from harness import files, record, status
 from harness.record import RunRecord
-from harness.results import baselines, comparison, report, summary
+from harness.results import baselines, comparison, flagged, report, summary
 from harness.settings import StopRule
 from tests.conftest import REPO
 
@@ -85,7 +85,12 @@ def test_new_records_write_back_the_json_they_were_read_from(
 
 # Settings added since those records were written: they read with their defaults.
 SETTINGS_ADDED = {"ncu": False, "compile_cuda": False}  # issues 12 and 15
-CHECKING_ADDED = {"case": None, "check_only": False}  # issue 15
+CHECKING_ADDED = {  # issues 15 and 21
+    "case": None,
+    "check_only": False,
+    "profile": "harness",
+    "kernelbench_tolerance": None,
+}
 
 
 def test_records_with_whole_settings_write_back_exactly(
@@ -139,7 +144,9 @@ def test_the_committed_witness_saw_every_gpu_row_move_its_minimum_bytes(
     for bench in gpu_rows:
         assert bench.witness is not None and bench.bytes is not None
         assert 1.0 <= bench.witness.moved / bench.bytes <= 1.6, (bench.name, bench.witness)
-        assert "MOVED" not in "; ".join(report.flags(bench, report._timing_columns(bench, None)))
+        assert "MOVED" not in "; ".join(
+            flagged.flags(bench, report._timing_columns(bench, None), report.bench_speedup(bench))
+        )
     cpu = of_run(records, ISSUE_12_RUN, "multilabel_margin", "cpu_cpp")
     assert "ncu witness skipped: the solution ran on the CPU" in cpu.warnings
 

@@ -264,8 +264,10 @@ def test_work_that_a_waiting_call_leaves_on_the_stream_is_timed_too() -> None:
 def test_cuda_timer_sees_device_time_above_the_floor() -> None:
     device = torch.device("cuda")
     timer = CudaTimer(device)
-    assert timer.buffer is not None
-    assert timer.buffer.numel() * 4 >= 2 * torch.cuda.get_device_properties(device).L2_cache_size
+    assert timer.flush.buffer is not None
+    assert (
+        timer.flush.buffer.numel() * 4 >= 2 * torch.cuda.get_device_properties(device).L2_cache_size
+    )
     x = torch.randn(1 << 24, device=device)
     rule = StopRule(warmup_ms=5, min_samples=20, max_samples=200, budget_ms=500)
     sampled = sample({"small": lambda: x.mul(2), "large": lambda: x.repeat(8).mul(2)}, timer, rule)

@@ -11,6 +11,13 @@ keeps both sides' raw samples, the paired speedup with its 95% interval, why sam
 the launch floor, the bytes and FLOPs the problem must move and compute, and the GPU's clock
 and temperature over the samples.
 
+On the GPU each row also holds per-call times (harness.measure.percall): every call timed again
+from an idle device, its host time included, what a caller that waits for each result pays,
+with its own speedup; where the two speedups part by more than 10%, the row names the
+host-bound side. Under `--as kernelbench` the device times are KernelBench's
+(harness.measure.kernelbench): each side on its own, the mean of 100 calls after a 256 MB fill,
+and the speedup is the ratio of the means.
+
 CUDA-graph mode (`graph=True`) captures K calls on K different input sets into one graph and
 times replays; K is chosen so that the input sets together exceed twice the L2, so each call
 still starts with its inputs out of cache, and launch overhead is gone from the figure.
@@ -32,7 +39,18 @@ from harness import accuracy, stats, status
 from harness.inputs import Seeds, make_inputs, replicate_all
 from harness.loading import Case, Problem
 from harness.matching import mismatch, tolerance
-from harness.measure import anticheat, feeding, gpustate, gradients, passes, roofline, timing
+from harness.measure import (
+    anticheat,
+    checking,
+    feeding,
+    gpustate,
+    gradients,
+    kernelbench,
+    passes,
+    percall,
+    roofline,
+    timing,
+)
 from harness.measure import calls as calls_
 from harness.measure.checking import (
     Counted,
@@ -74,7 +92,7 @@ def time_benchmarks(
         seed = seeds.benchmark(index)
         models = build_models(problem, model_new, bench, seed, device)
         inputs = guard(status.PROBLEM_ERROR, "get_inputs", make_inputs, bench, seed, device)
-        verdict = check_once(problem, bench, models, inputs, device, settings.checking.tolerance)
+        verdict = check_once(problem, bench, models, inputs, device, settings.checking, seed)
         if verdict:
             raise Verdict(status.INCORRECT, f"benchmark {bench.name!r}: {verdict}")
         with torch.no_grad():
@@ -214,8 +232,10 @@ def _spot_checker(
     settings: Settings,
     label: str,
 ) -> feeding.SpotChecker:
-    allowed = tolerance(problem, bench, settings.checking.tolerance)
-    check = feeding.output_check(reference, device, allowed)
+    def criterion(pristine: list[Any]) -> Any:
+        return checking.criterion(problem, bench, settings.checking, reference, pristine, device)
+
+    check = feeding.output_check(reference, device, criterion)
     return feeding.SpotChecker(check, device, label)
 
 
@@ -249,31 +269,45 @@ def _sample(
     if per_call > 1:
         timer = _timer(device, settings, graphed=True)
     after = probe.after if probe else None
+    on_gpu = device.type == "cuda" and per_call == 1
+    as_kernelbench = on_gpu and settings.checking.profile == kernelbench.PROFILE
     with torch.no_grad():
-        sampled = guard(
-            status.RUNTIME_ERROR,
-            "timing",
-            timing.sample,
-            calls,
-            timer,
-            settings.timing.rule,
-            time.perf_counter,
-            after,
-        )
-    row: dict[str, Any] = {"mode": timer.method, "stop": sampled.stop, "note": note}
+        if as_kernelbench:
+            sampled = guard(status.RUNTIME_ERROR, "timing", kernelbench.sample, calls, device)
+        else:
+            rule = settings.timing.rule
+            sampled = guard(
+                status.RUNTIME_ERROR,
+                "timing",
+                timing.sample,
+                calls,
+                timer,
+                rule,
+                time.perf_counter,
+                after,
+            )
+    row: dict[str, Any] = {"mode": _method(sampled), "stop": sampled.stop, "note": note}
     for name, measured in sampled.measurements.items():
         per_model = tuple(t / per_call for t in measured.times_us)
         scaled = dataclasses.replace(measured, times_us=per_model)
         row[name] = scaled.to_dict()
     first, second = list(models)
-    row["speedup"] = stats.paired_ratio(row[first]["times_us"], row[second]["times_us"]).to_dict()
+    ratio = stats.mean_ratio if as_kernelbench else stats.paired_ratio
+    row["speedup"] = ratio(row[first]["times_us"], row[second]["times_us"]).to_dict()
     row["state"] = probe.summary() if probe else None
     solution = calls.get("solution")
     if checker is not None and isinstance(solution, feeding.Feed):
+        if on_gpu:
+            row.update(percall.measure(calls, device, settings, row["speedup"]["value"]))
         row["spot_checks"] = _final_checks(solution, checker)
         host = row["solution"].get("host_us")
         row["wall_us"] = check_seen(solution, row["solution"]["median_us"], host, device)
     return row
+
+
+def _method(sampled: timing.Sampled) -> str:
+    """The timer the row really got, as its measurements name it."""
+    return next(iter(sampled.measurements.values())).method
 
 
 def _final_checks(feed: feeding.Feed, checker: feeding.SpotChecker) -> int:

@@ -1,17 +1,22 @@
 """Check a solution against the reference: same seed, same inputs, outputs compared.
 
-Model and ModelNew are built from the same seed in eval() mode, with the reference's matching
-parameters copied into ModelNew. Each trial draws fresh inputs from a seed that mixes the public
-one with the run's secret (harness.inputs.Seeds), so no solution can know them in advance.
-On each, the solution runs twice, once before and once after the reference, each time on its own
-copy of the inputs and with freed memory poisoned first; the reference runs on a pristine copy.
-So no expected output exists yet when the solution first runs, for it to find and return; and
-every tensor the harness holds during a solution call (the pristine inputs; then the reference's
-copy, its output and the first output) must come out of the call unchanged (fingerprinted, not
-copied: a copy could be found and changed too). Both solution calls must keep the rules of
-harness.anticheat and match the reference within the tolerance that harness.matching.tolerance
-gives, or keep the accuracy rule against the reference run in float64 on the same inputs
-(harness.accuracy). Any failure ends the check with a Verdict naming the case.
+Model and ModelNew are built from the same seed, with the reference's matching parameters copied
+into ModelNew, and run in the mode the reference's constructor left it (training, for an
+nn.Module; harness.measure.modes), under torch.no_grad(). Before every call of either model,
+torch's generators are seeded with the trial's seed, as KernelBench does, so a solution that
+draws random numbers as the reference does draws the same ones. Each trial draws fresh inputs
+from a seed that mixes the public one with the run's secret (harness.inputs.Seeds), so no
+solution can know them in advance. On each, the solution runs twice, once before and once after
+the reference, each time on its own copy of the inputs and with freed memory poisoned first;
+the reference runs on a pristine copy. So no expected output exists yet when the solution first
+runs, for it to find and return; and every tensor the harness holds during a solution call (the
+pristine inputs; then the reference's copy, its output and the first output) must come out of
+the call unchanged (fingerprinted, not copied: a copy could be found and changed too). Both
+solution calls must keep the rules of harness.anticheat and match the reference by the run's
+criterion (`criterion`): within the tolerance that harness.matching.tolerance gives, or keeping
+the accuracy rule against the reference run in float64 on the same inputs (harness.accuracy);
+or, under `--as kernelbench`, KernelBench's allclose (harness.measure.kernelbench). Any failure
+ends the check with a Verdict naming the case.
 """
 
 from __future__ import annotations
@@ -32,8 +37,8 @@ from harness.inputs import (
     seed_everything,
 )
 from harness.loading import Case, Problem
-from harness.matching import DTYPE_DEFAULT, Tolerance, mismatch, tolerance
-from harness.measure import anticheat, gradients
+from harness.matching import mismatch, tolerance
+from harness.measure import anticheat, gradients, kernelbench, modes
 from harness.settings import Checking
 
 __all__ = ["Counted", "Verdict", "build_models", "check_cases", "check_once"]
@@ -71,7 +76,7 @@ def check_cases(
             inputs = guard(
                 status.PROBLEM_ERROR, "get_inputs", make_inputs, case, trial_seed, device
             )
-            verdict = check_once(problem, case, models, inputs, device, checking.tolerance)
+            verdict = check_once(problem, case, models, inputs, device, checking, trial_seed)
             if not verdict and problem.backward and not case.invalid:
                 verdict = gradients.check(
                     problem, case, models, inputs, device, checking.tolerance, trial_seed
@@ -87,16 +92,18 @@ def check_cases(
 def build_models(
     problem: Problem, model_new: type, case: Case, seed: int, device: torch.device
 ) -> tuple[Any, Any]:
-    """Model and ModelNew from the same seed, with the reference's matching weights copied."""
+    """Model and ModelNew from the same seed, with the reference's matching weights copied;
+    ModelNew in the mode the reference's constructor left it in (harness.measure.modes)."""
 
     def build(cls: type, failure: str, label: str) -> Any:
         seed_everything(seed)  # before get_init_inputs too: it may draw weights at random
         args = guard(status.PROBLEM_ERROR, "get_init_inputs", make_init_inputs, case, device)
         model = guard(failure, f"{label}(*init_inputs)", cls, *args)
-        return model.to(device).eval()
+        return model.to(device)
 
     reference = build(problem.model, status.PROBLEM_ERROR, "Model")
     solution = build(model_new, status.LOAD_ERROR, "ModelNew")
+    solution.train(getattr(reference, "training", False))
     wanted = solution.state_dict()
     shared = {
         key: value
@@ -113,10 +120,12 @@ def check_once(
     models: tuple[Any, Any],
     inputs: list[Any],
     device: torch.device,
-    override: Tolerance = DTYPE_DEFAULT,
+    checking: Checking = Checking(),  # noqa: B008 (frozen: one shared default is safe)
+    seed: int = 0,
 ) -> str | None:
     """None when the solution matches the reference on `inputs`, else the mismatch; a broken
-    rule of harness.anticheat raises a Verdict (see the module doc for the order of calls)."""
+    rule of harness.anticheat raises a Verdict (see the module doc for the order of calls).
+    `seed` seeds torch's generators before each call."""
     reference, solution = models
     label = f"case {case.name!r}"
     if case.invalid:
@@ -124,23 +133,23 @@ def check_once(
     sizes = anticheat.output_sizes(inputs)
     drawn = anticheat.fingerprint(inputs)
     with torch.no_grad():
-        first = solution_call(solution, inputs, device, label, sizes)
+        first = solution_call(solution, inputs, device, label, sizes, seed)
         anticheat.require_unchanged(inputs, drawn, "the harness's copy of the inputs", label)
         given = replicate_all(inputs, device)
+        seed_everything(seed)
         expected = guard(status.PROBLEM_ERROR, f"{label}: Model", call, reference, given, device)
         sizes += anticheat.output_sizes(expected)
         held = [inputs, given, expected, first.output]
         before = anticheat.fingerprint(held)
-        second = solution_call(solution, inputs, device, label, sizes)
+        second = solution_call(solution, inputs, device, label, sizes, seed)
         anticheat.require_unchanged(held, before, HELD, label)
     for made in (first, second):
         anticheat.check_call(made, inputs, given, label)
-    allowed = tolerance(problem, case, override)
-    exact = accuracy.Exact(reference, inputs, device)  # run only if the tolerance rejects
-    report = mismatch(expected, first.output, allowed, exact)
+    differs = criterion(problem, case, checking, reference, inputs, device)
+    report = differs(expected, first.output)
     if report:
-        return report + anticheat.poison_note(first.output)
-    report = mismatch(expected, second.output, allowed, exact)
+        return report + anticheat.poison_note(first.output) + modes.training_note(reference)
+    report = differs(expected, second.output)
     if report:
         raise anticheat.reject(
             "nondeterministic",
@@ -150,12 +159,41 @@ def check_once(
     return None
 
 
+Differs = Callable[[Any, Any], "str | None"]  # (expected, actual) -> the mismatch, or None
+
+
+def criterion(
+    problem: Problem,
+    case: Case,
+    checking: Checking,
+    reference: Any,
+    inputs: list[Any],
+    device: torch.device,
+) -> Differs:
+    """How an output is compared with the reference's on `inputs`: the harness's tolerance and
+    accuracy rule, or KernelBench's allclose under `--as kernelbench`."""
+    if checking.profile == kernelbench.PROFILE:
+        return lambda expected, actual: kernelbench.mismatch(
+            expected, actual, checking.kernelbench_tolerance
+        )
+    allowed = tolerance(problem, case, checking.tolerance)
+    exact = accuracy.Exact(reference, inputs, device)  # run only if the tolerance rejects
+    return lambda expected, actual: mismatch(expected, actual, allowed, exact)
+
+
 def solution_call(
-    solution: Any, inputs: list[Any], device: torch.device, label: str, sizes: list[int]
+    solution: Any,
+    inputs: list[Any],
+    device: torch.device,
+    label: str,
+    sizes: list[int],
+    seed: int = 0,
 ) -> anticheat.Call:
-    """The solution on its own copy of `inputs`, with freed memory poisoned first."""
+    """The solution on its own copy of `inputs`, with freed memory poisoned first and torch's
+    generators seeded with `seed`."""
     own = replicate_all(inputs, device)
     anticheat.poison(device, sizes)
+    seed_everything(seed)
     return guard(status.RUNTIME_ERROR, label, anticheat.watched_call, solution, own, device, label)
 
 

@@ -31,10 +31,9 @@ from typing import Any
 
 import torch
 
-from harness import accuracy, status
+from harness import status
 from harness.errors import Verdict
 from harness.inputs import replicate, replicate_all
-from harness.matching import Tolerance, mismatch
 from harness.measure import anticheat
 
 # (output, pristine inputs, label) -> raises on a mismatch
@@ -186,14 +185,17 @@ def copied(values: list[Any]) -> list[Any]:
     ]
 
 
-def output_check(reference: Any, device: torch.device, tolerance: Tolerance) -> Check:
+# The checks' criterion on one set of inputs: (pristine inputs) -> (expected, actual) -> mismatch
+Criterion = Callable[[list[Any]], Callable[[Any, Any], "str | None"]]
+
+
+def output_check(reference: Any, device: torch.device, criterion: Criterion) -> Check:
     """A Check comparing an output with the reference's on the same (pristine) inputs, by the
-    rule of the checks (harness.matching.mismatch, with the reference's exact answer)."""
+    criterion of the checks (harness.measure.checking.criterion)."""
 
     def check(output: Any, pristine: list[Any], label: str) -> None:
         expected = reference(*replicate_all(pristine, device))
-        exact = accuracy.Exact(reference, pristine, device)
-        report = mismatch(expected, output, tolerance, exact)
+        report = criterion(pristine)(expected, output)
         if report:
             raise Verdict(status.INCORRECT, f"{label}: {report}{anticheat.poison_note(output)}")
 

@@ -119,13 +119,13 @@ class _Named:
         return self.fn()
 
     def prepare(self) -> None:
-        _prepare(self.fn)
+        prepare_call(self.fn)
 
     def warm(self) -> None:
         _warm(self.fn)
 
 
-def _prepare(call: Call) -> None:
+def prepare_call(call: Call) -> None:
     prepare = getattr(call, "prepare", None)
     if prepare is not None:
         prepare()
@@ -163,7 +163,7 @@ class WallTimer:
     def run(self, calls: Sequence[Call]) -> list[float]:
         times = []
         for call in calls:
-            _prepare(call)
+            prepare_call(call)
             begin = self.clock()
             call()
             times.append((self.clock() - begin) * 1e6)
@@ -176,6 +176,25 @@ class WallTimer:
 # them back as it evicts them (measured on the H200: up to 6 us on a 24 us kernel). None: no
 # flush (CUDA-graph mode, where rotated input sets keep the cache cold).
 FLUSHES = (*settings.FLUSHES, None)  # None: no flush (CUDA-graph replays)
+
+
+class L2Flush:
+    """Evicts the previous call's lines from L2 when called (see FLUSHES)."""
+
+    def __init__(self, device: torch.device, kind: str | None = "read") -> None:
+        if kind not in FLUSHES:
+            raise ValueError(f"flush must be one of {', '.join(map(str, FLUSHES))}, not {kind!r}")
+        self.kind = kind
+        self.buffer = flush_buffer(device) if kind else None
+        self.sink = torch.empty((), dtype=torch.float32, device=device)
+
+    def __call__(self) -> None:
+        if self.buffer is None:
+            return
+        if self.kind == "write":
+            self.buffer.zero_()
+        else:
+            torch.sum(self.buffer, dim=0, out=self.sink)
 
 
 class CudaTimer:
@@ -199,13 +218,9 @@ class CudaTimer:
     def __init__(
         self, device: torch.device, flush: str | None = "read", method: str = "cuda_events"
     ):
-        if flush not in FLUSHES:
-            raise ValueError(f"flush must be one of {', '.join(map(str, FLUSHES))}, not {flush!r}")
         self.device = device
         self.method = method
-        self.flush_kind = flush
-        self.buffer = flush_buffer(device) if flush else None
-        self.sink = torch.empty((), dtype=torch.float32, device=device)
+        self.flush = L2Flush(device, flush)
         self.cycles_per_us = sleep_cycles_per_us(device)
         self.host_us: dict[str, float] = {}
         self.synchronizing: dict[str, bool] = {}  # by call name, once probed
@@ -213,15 +228,6 @@ class CudaTimer:
     def reset(self) -> None:
         """Forget which calls wait for the device: the next calls are probed afresh."""
         self.synchronizing.clear()
-
-    def flush(self) -> None:
-        """Evict the previous call's lines from L2 (see FLUSHES)."""
-        if self.buffer is None:
-            return
-        if self.flush_kind == "write":
-            self.buffer.zero_()
-        else:
-            torch.sum(self.buffer, dim=0, out=self.sink)
 
     def run(self, calls: Sequence[Call]) -> list[float]:
         for call in calls:
@@ -232,7 +238,7 @@ class CudaTimer:
         host: list[tuple[str, float]] = []
         for call in calls:
             name = getattr(call, "name", "")
-            _prepare(call)
+            prepare_call(call)
             self.flush()
             if self.synchronizing[name]:
                 torch.cuda.synchronize(self.device)  # the flush done before the warm call
@@ -278,11 +284,11 @@ class CudaTimer:
     def probe(self, call: Call) -> bool:
         """Whether `call` waits for the device: its host time behind each of two sleeps, after
         one call on an idle device (a first call's one-time costs would blur the difference)."""
-        _prepare(call)
+        prepare_call(call)
         call()
         behind = []
         for sleep_us in self.PROBE_SLEEPS_US:
-            _prepare(call)
+            prepare_call(call)
             torch.cuda.synchronize(self.device)
             torch.cuda._sleep(int(sleep_us * self.cycles_per_us))
             begin = time.perf_counter()

@@ -42,11 +42,11 @@ from harness import files, status
 from harness.errors import UserError, Verdict
 from harness.inputs import Seeds, make_inputs, replicate_all
 from harness.loading import Problem, import_file, load_problem
-from harness.measure import integrity, profiling
+from harness.measure import integrity, kernelbench, profiling
 from harness.measure.benchmarking import compile_baseline, time_benchmarks
 from harness.measure.builds import BuildWatcher, NoCudaToolchain
 from harness.measure.checking import build_models, check_cases, describe_error, guard
-from harness.settings import Settings
+from harness.settings import KERNELBENCH, Settings
 from harness.toolchain import find_cuda_home, use_build_cache
 
 
@@ -174,9 +174,10 @@ def run(job: Job, send: Send) -> dict[str, Any]:
             snapshot.verify("during the timing")
             result["warnings"] = _own_work(job, problem, model_new, device, watcher, result)
     except Verdict as verdict:  # a row without timings: they mean nothing for a failed solution
-        result.update(
-            status=verdict.status, detail=verdict.detail, reason=verdict.reason, benchmarks=[]
-        )
+        detail = verdict.detail
+        if verdict.status == status.REJECTED and job.settings.checking.profile == KERNELBENCH:
+            detail += kernelbench.DEFENCE_NOTE
+        result.update(status=verdict.status, detail=detail, reason=verdict.reason, benchmarks=[])
     except BaseException as err:  # escaped every guard: the solution's doing, or the harness's
         result.update(_escaped(err, Path(job.solution), started), benchmarks=[])
     return {**result, **_builds(watcher)} if watcher is not None else result

@@ -153,6 +153,7 @@ def compare_runs(
 ) -> dict[str, list[dict[str, Any]]]:
     """Rows of a comparison: 'shapes' timed on both sides, 'status' changes, 'only_old' and
     'only_new' for solutions or shapes present on one side."""
+    _same_profile(old, new)
     old_by, new_by = _by_solution(old.latest), _by_solution(new.latest)
     result: dict[str, list[dict[str, Any]]] = {
         "shapes": [],
@@ -172,6 +173,19 @@ def compare_runs(
             result["status"].append({**_names(before), "old": before.status, "new": after.status})
         _compare_shapes(before, after, threshold, result)
     return result
+
+
+def _same_profile(old: Side, new: Side) -> None:
+    """Refuse to set rows judged two ways side by side (run.py --as): their timers differ."""
+    profiles = {
+        side.spec: sorted({r.settings.checking.profile for r in side.latest}) for side in (old, new)
+    }
+    if len({p for found in profiles.values() for p in found}) > 1:
+        shown = "; ".join(f"{spec}: {', '.join(found)}" for spec, found in profiles.items())
+        raise UserError(
+            f"these runs were judged under different profiles ({shown}): their times come from "
+            "different timers and do not compare; compare runs of one profile (run.py --as)"
+        )
 
 
 def _by_solution(latest: list[RunRecord]) -> dict[tuple[str, str], RunRecord]:

@@ -3,9 +3,11 @@
 A correctness check is only as strong as the reference's outputs. If they are all but zero, a
 solution returning zeros passes; if they are one constant, returning that constant passes; if
 they do not change with the seed, returning a memorised output passes; if every case has the
-same input shape, a solution hard-coded to that shape passes. The audit runs the reference
-(never a solution) the way harness/checking.py does and says which of these holds, each with
-how to fix the problem file.
+same input shape, a solution hard-coded to that shape passes; if they change with torch's
+random seed alone (Dropout in training mode), no honest kernel can match them. The audit runs
+the reference (never a solution) the way harness/checking.py does, in the mode its constructor
+left it and with torch seeded before each call, and says which of these holds, each with how to
+fix the problem file.
 
 The value checks (zero_passes, constant, seed_independent) judge the default case, on every
 seed: every problem has it, it is also the first benchmark (so a shortcut there would be timed
@@ -18,7 +20,7 @@ reference refuses the former, and the latter can be huge.
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import torch
@@ -26,10 +28,12 @@ import torch
 from harness.inputs import make_init_inputs, make_inputs, seed_everything
 from harness.loading import Case, Problem
 from harness.matching import DTYPE_DEFAULT, Tolerance, leaves, mismatch, tolerance
+from harness.measure import modes
 from harness.measure.checking import call, describe_error
 
 REJECT = "reject"  # the problem is not worth solving: the run stops
 WARN = "warn"  # the problem is weaker than it could be: the run goes on
+RANDOM_SEED_STEP = 1_000_003  # torch's seed for the run that tells a random reference
 Shapes = tuple[tuple[int, ...], ...]  # the shapes of a case's tensor inputs, in order
 
 
@@ -38,7 +42,8 @@ class Finding:
     """One thing wrong with a problem, in one line: what is wrong and how to fix it."""
 
     level: str  # REJECT or WARN
-    check: str  # zero_passes, constant, seed_independent, nondeterministic, one_shape, error
+    check: str  # zero_passes, constant, seed_independent, random, nondeterministic, one_shape,
+    # error
     case: str | None  # the case it was found in; None for the problem as a whole
     message: str
 
@@ -50,6 +55,8 @@ class CaseRun:
     outputs: list[Any]
     shapes: Shapes
     rerun_report: str | None  # mismatch() of a second run on the first seed's inputs
+    random_report: str | None = None  # ... of a run on them with torch seeded otherwise
+    random_modules: list[str] = field(default_factory=list)  # modes.random_modules
 
 
 class ProblemFailed(Exception):
@@ -79,6 +86,8 @@ def audit_problem(
         except ProblemFailed as failure:
             findings.append(Finding(REJECT, "error", case.name, str(failure)))
             continue
+        if run.random_report and not run.rerun_report:
+            findings.append(random_finding(case.name, run))
         if run.rerun_report:
             findings.append(
                 Finding(
@@ -125,21 +134,42 @@ def run_case(
     """
     seed_everything(seeds[0])  # before get_init_inputs too: it may draw weights at random
     init_inputs = attempt("get_init_inputs()", make_init_inputs, case, device)
-    model = attempt("Model(*init_inputs)", lambda: problem.model(*init_inputs).to(device).eval())
+    model = attempt("Model(*init_inputs)", lambda: problem.model(*init_inputs).to(device))
     outputs = []
     shapes: Shapes = ()
-    rerun_report = None
+    rerun_report = random_report = None
+
+    def run(inputs: list[Any], seed: int) -> Any:
+        seed_everything(seed)  # as the checks do before each call
+        return attempt("the reference Model", call, model, inputs, device)
+
     with torch.no_grad():
         for seed in seeds:
             inputs = attempt("get_inputs()", make_inputs, case, seed, device)
-            output = attempt("the reference Model", call, model, inputs, device)
+            output = run(inputs, seed)
             if seed == seeds[0]:
                 shapes = tuple(tuple(v.shape) for v in inputs if isinstance(v, torch.Tensor))
                 if supported(output):
-                    again = attempt("the reference Model", call, model, inputs, device)
-                    rerun_report = mismatch(output, again, allowed)
+                    rerun_report = mismatch(output, run(inputs, seed), allowed)
+                    random_report = mismatch(output, run(inputs, seed + RANDOM_SEED_STEP), allowed)
             outputs.append(output)
-    return CaseRun(outputs, shapes, rerun_report)
+    return CaseRun(outputs, shapes, rerun_report, random_report, modes.random_modules(model))
+
+
+def random_finding(case: str, run: CaseRun) -> Finding:
+    """The reference's output changes with torch's seed alone: a random reference (Dropout
+    with p > 0 in training mode), which no kernel can match except by drawing PyTorch's random
+    numbers in PyTorch's order."""
+    named = ", ".join(run.random_modules) or "a random operation in forward()"
+    return Finding(
+        REJECT,
+        "random",
+        case,
+        f"the reference's output on the same inputs changes with torch's random seed ({named}, "
+        f"in training mode): {run.random_report}; a solution could match it only by drawing "
+        "PyTorch's random numbers in PyTorch's order: call self.eval() in Model.__init__ if "
+        "the problem means inference, or set p=0",
+    )
 
 
 def attempt(step: str, fn: Callable[..., Any], *args: Any) -> Any:
