@@ -260,6 +260,8 @@ def test_run_as_kernelbench_records_the_profile_apart_and_marks_a_defence(cli: C
     assert "KernelBench's allclose" in wrong["detail"] and "training mode" in wrong["detail"]
     assert kernelbench.DEFENCE_NOTE in cheat["detail"]
     assert {r["settings"]["checking"]["profile"] for r in cli.records()} == {KERNELBENCH}
+    page = (cli.root / "results" / "cpu-kernelbench" / "batchnorm.md").read_text()
+    assert "Judged by KernelBench's allclose criterion" in page
 
 
 # On the GPU --------------------------------------------------------------------------------

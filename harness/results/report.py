@@ -337,7 +337,8 @@ def _method(latest: RunRecord | None) -> str:
     else:
         how = "CUDA events around each call; before each, L2 flushed by reading a 2x L2 "
         how += "buffer (clean lines) and host time hidden"
-    if latest is not None and latest.settings.checking.profile == KERNELBENCH:
+    as_kernelbench = latest is not None and latest.settings.checking.profile == KERNELBENCH
+    if as_kernelbench and latest is not None and latest.machine.gpu:
         text = (
             "Judged as KernelBench's evaluator judges (`--as kernelbench`): its allclose "
             "criterion, and its timer, CUDA events around one call after a 256 MB fill, each "
@@ -346,6 +347,12 @@ def _method(latest: RunRecord | None) -> str:
         )
     else:
         text = (
+            "Judged by KernelBench's allclose criterion (`--as kernelbench`); its timer needs a "
+            "GPU, so the times are this harness's. "
+            if as_kernelbench
+            else ""
+        )
+        text += (
             f"Times are medians ({how}); IQR is the interquartile range as a share of the "
             "median; n is the number of samples the stopping rule took (`python run.py -h`). "
             "The solution and eager PyTorch are timed in alternating rounds in one process; "

@@ -1,0 +1,190 @@
+"""Set `run.py --as kernelbench` beside KernelBench's own evaluator, pair by pair.
+
+KernelBench's code is not part of this repository: pass a checkout of it (its `src/` holds the
+`kernelbench` package), kept outside the repository. Two steps, on a GPU machine, after a
+harness sweep of the same pairs has built them (`run.py --problems P --solutions S`):
+
+  measure KB_CHECKOUT PROBLEMS SOLUTIONS BUILD_DIR OUT.jsonl
+      For each KernelBench problem file N_*.py in PROBLEMS and its sample
+      level_<L>_problem_<N>_sample_0_kernel.py in SOLUTIONS, in one process: KernelBench's
+      `load_custom_model` (pointed at the build this harness left under BUILD_DIR, with the same
+      TORCH_CUDA_ARCH_LIST, so nothing is compiled again), its `run_and_check_correctness`
+      (5 trials, seed 42), then `time_execution_with_cuda_event` (100 trials) on the new model
+      and then the reference, autograd on, as `eval_kernel_against_ref` does. One JSON line
+      per pair: correctness, the two means (ms, as KernelBench rounds them and unrounded).
+  table OUT.jsonl PROFILE_FOLDER DEFAULT_FOLDER
+      A markdown table: KernelBench's verdict and speedup beside the profile's and the default
+      timer's (the machine folders the sweeps wrote: <results>/<gpu>-kernelbench and
+      <results>/<gpu>), with their ratios, the per-call speedup, and the geometric means.
+"""
+
+from __future__ import annotations
+
+import argparse
+import glob
+import json
+import math
+import os
+import re
+import sys
+import types
+from pathlib import Path
+from typing import Any
+
+NUMBER = re.compile(r"(?:level_\d+_problem_)?(\d+)_")
+PROFILE_GAP, DEFAULT_GAP = 0.05, 0.10  # the issue's bounds on profile/KB and default/KB
+
+
+def number(name: str) -> int | None:
+    found = NUMBER.match(name)
+    return int(found.group(1)) if found else None
+
+
+def import_kernelbench(checkout: Path) -> tuple[Any, Any]:
+    """KernelBench's eval and timing modules; the LLM clients its utils module imports (and
+    the evaluator never calls) are stood in for where they are not installed."""
+    for name in ("openai", "litellm"):
+        try:
+            __import__(name)
+        except ImportError:
+            sys.modules[name] = types.ModuleType(name)
+    sys.path.insert(0, str(checkout / "src"))
+    from kernelbench import eval as kb_eval  # type: ignore[import-not-found]
+    from kernelbench import timing as kb_timing  # type: ignore[import-not-found]
+
+    return kb_eval, kb_timing
+
+
+def measure(args: argparse.Namespace) -> None:
+    os.environ.setdefault("TORCH_CUDA_ARCH_LIST", "9.0")  # the harness's default build target
+    kb_eval, kb_timing = import_kernelbench(Path(args.checkout))
+    import torch
+
+    device = torch.device("cuda:0")
+    torch.cuda.set_device(device)
+    solutions = {number(p.name): p for p in Path(args.solutions).glob("level_*_sample_0_*.py")}
+    for problem in sorted(Path(args.problems).glob("*.py"), key=lambda p: number(p.name) or 0):
+        solution = solutions.get(number(problem.name))
+        if solution is None:
+            continue
+        built = glob.glob(f"{args.build_dir}/*/{solution.stem}-*")
+        row: dict[str, Any] = {"problem": problem.stem, "build_dir": built[0] if built else None}
+        try:
+            row.update(_one_pair(kb_eval, kb_timing, problem, solution, row["build_dir"], device))
+        except Exception as err:  # a failure is this pair's row, not the end of the run
+            row["error"] = f"{type(err).__name__}: {err}"[:500]
+        print(json.dumps(row), flush=True)
+        with open(args.out, "a") as log:
+            log.write(json.dumps(row) + "\n")
+
+
+def _one_pair(
+    kb_eval: Any, kb_timing: Any, problem: Path, solution: Path, build: str | None, device: Any
+) -> dict[str, Any]:
+    """eval_kernel_against_ref's steps on one pair, with KernelBench's own functions."""
+    import torch
+
+    model, get_init_inputs, get_inputs = kb_eval.load_original_model_and_inputs(
+        problem.read_text(), {}
+    )
+    model_new = kb_eval.load_custom_model(solution.read_text(), {}, build)
+    kb_eval.set_seed(42)
+    init = [kb_eval._process_input_tensor(x, device) for x in get_init_inputs()]
+    with torch.no_grad():
+        kb_eval.set_seed(42)
+        reference = model(*init).to(device=device, dtype=torch.float32)
+        kb_eval.set_seed(42)
+        new = model_new(*init).to(device=device, dtype=torch.float32)
+    result = kb_eval.run_and_check_correctness(
+        reference, new, get_inputs, {}, num_correct_trials=5, seed=42, device=device
+    )
+    row: dict[str, Any] = {"correctness": bool(result.correctness)}
+    if not result.correctness:
+        row["metadata"] = {k: str(v)[:300] for k, v in result.metadata.items()}
+        return row
+    for name, timed in (("runtime", new), ("ref_runtime", reference)):
+        kb_eval.set_seed(42)
+        inputs = [kb_eval._process_input_tensor(x, device) for x in get_inputs()]
+        times = kb_timing.time_execution_with_cuda_event(
+            timed, inputs, num_trials=100, verbose=False, device=device
+        )
+        row[name] = kb_timing.get_timing_stats(times, device=device)["mean"]
+        row[f"{name}_unrounded"] = sum(times) / len(times)
+    row["speedup"] = row["ref_runtime_unrounded"] / row["runtime_unrounded"]
+    return row
+
+
+def latest(folder: str) -> dict[int, dict[str, Any]]:
+    """The newest record of each problem in a harness machine folder, by problem number."""
+    found: dict[int, dict[str, Any]] = {}
+    log = Path(folder) / "runs.jsonl"
+    for line in log.read_text().splitlines() if log.exists() else []:
+        record = json.loads(line)
+        key = number(record.get("problem", ""))
+        if key is not None and "status" in record:
+            found[key] = record
+    return found
+
+
+def _speedups(record: dict[str, Any] | None) -> tuple[float | None, float | None, str]:
+    """(device speedup, per-call speedup, host-bound side) of a record's first row."""
+    rows = (record or {}).get("benchmarks") or []
+    if not rows:
+        return None, None, ""
+    per_call = rows[0].get("per_call") or {}
+    device = rows[0]["speedup"]["value"]
+    return device, per_call.get("speedup", {}).get("value"), rows[0].get("host_bound") or ""
+
+
+def _cell(value: float | None, digits: int = 2) -> str:
+    return "" if value is None else f"{value:.{digits}f}"
+
+
+def _geomean(values: list[float]) -> float | None:
+    return math.exp(sum(map(math.log, values)) / len(values)) if values else None
+
+
+def table(args: argparse.Namespace) -> None:
+    kb = {number(r["problem"]): r for r in map(json.loads, Path(args.kb).read_text().splitlines())}
+    profile, default = latest(args.profile), latest(args.default)
+    header = "problem | KernelBench | profile | KB speedup | profile | profile/KB | default"
+    print(f"| {header} | default/KB | per call | host-bound |\n|{'---|' * 10}")
+    columns: dict[str, list[float]] = {k: [] for k in ("kb", "profile", "p/kb", "default", "d/kb")}
+    for key in sorted(k for k in kb if k is not None):
+        theirs, ours, plain = kb[key], profile.get(key), default.get(key)
+        kb_speedup = theirs.get("speedup")
+        ours_speedup, per_call, bound = _speedups(ours)
+        plain_speedup = _speedups(plain)[0]
+        ratio = ours_speedup / kb_speedup if ours_speedup and kb_speedup else None
+        plain_ratio = plain_speedup / kb_speedup if plain_speedup and kb_speedup else None
+        values = (kb_speedup, ours_speedup, ratio, plain_speedup, plain_ratio)
+        for name, value in zip(columns, values, strict=True):
+            if value:
+                columns[name].append(value)
+        verdict = "correct" if theirs.get("correctness") else theirs.get("error", "incorrect")
+        cells = [theirs["problem"], verdict, (ours or {}).get("status", "-"), _cell(kb_speedup)]
+        cells += [_cell(ours_speedup), _cell(ratio, 3), _cell(plain_speedup), _cell(plain_ratio, 3)]
+        print("| " + " | ".join([*cells, _cell(per_call), bound]) + " |")
+    means = {name: _geomean(values) for name, values in columns.items()}
+    print("\nGeometric means: " + ", ".join(f"{k} {_cell(v, 3)}" for k, v in means.items()))
+    off = [v for v in columns["p/kb"] if abs(v - 1) > PROFILE_GAP]
+    apart = [v for v in columns["d/kb"] if abs(v - 1) > DEFAULT_GAP]
+    print(f"Rows where the profile parts from KernelBench by more than 5%: {len(off)}")
+    print(f"Rows where the default timer parts from KernelBench by more than 10%: {len(apart)}")
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    steps = parser.add_subparsers(dest="step", required=True)
+    step = steps.add_parser("measure")
+    for name in ("checkout", "problems", "solutions", "build_dir", "out"):
+        step.add_argument(name)
+    step = steps.add_parser("table")
+    for name in ("kb", "profile", "default"):
+        step.add_argument(name)
+    args = parser.parse_args(argv)
+    (measure if args.step == "measure" else table)(args)
+
+
+if __name__ == "__main__":
+    main()
