@@ -8,6 +8,10 @@
 #   GIT_COMMIT=<sha> bash scripts/gpu_session.sh checks    the GPU tests (the cheats on the GPU
 #                                                          among them)
 #   GIT_COMMIT=<sha> bash scripts/gpu_session.sh sanitize  memcheck on the fast kernels' cases
+#   KB_SRC=<KernelBench checkout> KB_PROBLEMS=<its level1 files> bash scripts/gpu_session.sh \
+#       kernelbench   the side-by-side with KernelBench's own evaluator (README, "Judged as
+#                     KernelBench judges"): builds first, then the profile's sweep, KernelBench's
+#                     timer, the default sweep, and the table; both KB paths outside git, carried
 # Each step has a time limit so that the call ends in time. NVML's Python binding (for the
 # clock and temperature columns) is installed from a wheel under $WHEELS when one is there.
 set -uo pipefail
@@ -57,6 +61,19 @@ elif [ "$part" = checks ]; then
   # build what they need. The cheats alone take about 220 s on the H200 (2026-11-30).
   step pytest-gpu 560 $python -m pytest -q -rs -m gpu ${TESTS:-tests} --durations=5 \
     --deselect tests/test_gpu.py::test_every_shipped_solution_is_correct_on_the_gpu
+elif [ "$part" = kernelbench ]; then
+  # Builds first (a check-only sweep): timing waits for them anyway, and KernelBench's side
+  # reuses them. The solutions are examples/kernelbench_level1, the problems KB_PROBLEMS. The
+  # steps' outputs go into the results' archive: the device tool returns at most 8 files.
+  out=$state/kb-out && mkdir -p "$out"
+  sweep=(--problems "$KB_PROBLEMS" --solutions examples/kernelbench_level1 --build-jobs 16)
+  step kb-build 200 $python run.py "${sweep[@]}" --check-only --results-dir "$state/kb-built"
+  step kb-profile 150 $python run.py "${sweep[@]}" --as kernelbench --results-dir "$state/kb"
+  step kb-theirs 120 $python scripts/kernelbench_side_by_side.py measure "$KB_SRC" \
+    "$KB_PROBLEMS" examples/kernelbench_level1 .cache/builds "$state/kb/kb.jsonl"
+  step kb-default 150 $python run.py "${sweep[@]}" --results-dir "$state/kb"
+  step kb-table 30 $python scripts/kernelbench_side_by_side.py table "$state/kb/kb.jsonl" \
+    "$state/kb/$gpu-kernelbench" "$state/kb/$gpu"
 else  # sanitize
   for solution in multilabel_margin/fast_cuda multilabel_margin/warp_cuda smooth_l1/fast_cuda; do
     step "memcheck-${solution//\//-}" 120 compute-sanitizer --tool memcheck --error-exitcode 9 \

@@ -7,10 +7,11 @@ harness sweep of the same pairs has built them (`run.py --problems P --solutions
   measure KB_CHECKOUT PROBLEMS SOLUTIONS BUILD_DIR OUT.jsonl
       For each KernelBench problem file N_*.py in PROBLEMS and its sample
       level_<L>_problem_<N>_sample_0_kernel.py in SOLUTIONS, in one process: KernelBench's
-      `load_custom_model` (pointed at the build this harness left under BUILD_DIR, with the same
-      TORCH_CUDA_ARCH_LIST, so nothing is compiled again), its `run_and_check_correctness`
-      (5 trials, seed 42), then `time_execution_with_cuda_event` (100 trials) on the new model
-      and then the reference, autograd on, as `eval_kernel_against_ref` does. One JSON line
+      `load_custom_model` (pointed at the build this harness left under BUILD_DIR, in the
+      environment the harness's worker built it in, so nothing is compiled again), its
+      `run_and_check_correctness` (5 trials, seed 42), then `time_execution_with_cuda_event`
+      (100 trials) on the new model and then the reference, autograd on, as
+      `eval_kernel_against_ref` does. One JSON line
       per pair: correctness, the two means (ms, as KernelBench rounds them and unrounded).
   table OUT.jsonl PROFILE_FOLDER DEFAULT_FOLDER
       A markdown table: KernelBench's verdict and speedup beside the profile's and the default
@@ -24,12 +25,15 @@ import argparse
 import glob
 import json
 import math
-import os
 import re
 import sys
 import types
 from pathlib import Path
 from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from harness import toolchain
 
 NUMBER = re.compile(r"(?:level_\d+_problem_)?(\d+)_")
 PROFILE_GAP, DEFAULT_GAP = 0.05, 0.10  # the issue's bounds on profile/KB and default/KB
@@ -43,11 +47,13 @@ def number(name: str) -> int | None:
 def import_kernelbench(checkout: Path) -> tuple[Any, Any]:
     """KernelBench's eval and timing modules; the LLM clients its utils module imports (and
     the evaluator never calls) are stood in for where they are not installed."""
-    for name in ("openai", "litellm"):
+    for name, attribute in (("openai", "OpenAI"), ("litellm", "completion")):
         try:
             __import__(name)
         except ImportError:
-            sys.modules[name] = types.ModuleType(name)
+            stand_in = types.ModuleType(name)
+            setattr(stand_in, attribute, None)  # imported by name, never called by eval
+            sys.modules[name] = stand_in
     sys.path.insert(0, str(checkout / "src"))
     from kernelbench import eval as kb_eval  # type: ignore[import-not-found]
     from kernelbench import timing as kb_timing  # type: ignore[import-not-found]
@@ -56,12 +62,12 @@ def import_kernelbench(checkout: Path) -> tuple[Any, Any]:
 
 
 def measure(args: argparse.Namespace) -> None:
-    os.environ.setdefault("TORCH_CUDA_ARCH_LIST", "9.0")  # the harness's default build target
     kb_eval, kb_timing = import_kernelbench(Path(args.checkout))
     import torch
 
     device = torch.device("cuda:0")
     torch.cuda.set_device(device)
+    arch = toolchain.arch_list(torch.cuda.get_device_capability(device), None)
     solutions = {number(p.name): p for p in Path(args.solutions).glob("level_*_sample_0_*.py")}
     for problem in sorted(Path(args.problems).glob("*.py"), key=lambda p: number(p.name) or 0):
         solution = solutions.get(number(problem.name))
@@ -69,6 +75,8 @@ def measure(args: argparse.Namespace) -> None:
             continue
         built = glob.glob(f"{args.build_dir}/*/{solution.stem}-*")
         row: dict[str, Any] = {"problem": problem.stem, "build_dir": built[0] if built else None}
+        if built:  # the environment the harness's worker built in, so nothing builds again
+            toolchain.prepare_environment(Path(built[0]), arch)
         try:
             row.update(_one_pair(kb_eval, kb_timing, problem, solution, row["build_dir"], device))
         except Exception as err:  # a failure is this pair's row, not the end of the run
