@@ -83,7 +83,7 @@ class Measurement:
 @dataclass(frozen=True)
 class PerCall:
     """Both sides timed call by call from an idle device, host time included
-    (harness.measure.timing.PerCallTimer), and the speedup that gives."""
+    (harness.measure.percall.PerCallTimer), and the speedup that gives."""
 
     reference: Measurement
     solution: Measurement

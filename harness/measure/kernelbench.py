@@ -15,10 +15,10 @@ Read from ScalingIntelligence/KernelBench (`src/kernelbench/eval.py` and `timing
   (`DEFENCE_NOTE`), since KernelBench's criterion alone would not have judged it so.
 - Timer (`time_execution_with_cuda_event`): WARMUP_CALLS calls, each followed by a
   synchronize, then `torch.cuda.empty_cache()`; then per trial: synchronize, fill a fresh
-  FILL_BYTES int64 tensor (to thrash L2), CUDA events around one call, synchronize. TRIALS
-  trials after DISCARDED discarded ones; the figure is their mean. The solution is timed
-  first, then the reference, each on its own; the speedup is the reference's mean over the
-  solution's (stats.mean_ratio gives its interval).
+  256 MiB int64 tensor of FILL_SHAPE (to thrash L2), CUDA events around one call,
+  synchronize. TRIALS trials after DISCARDED discarded ones; the figure is their mean. The
+  solution is timed first, then the reference, each on its own; the speedup is the reference's
+  mean over the solution's (stats.mean_ratio gives its interval).
 
 Unlike this harness's own timer, the fill hides only the host time it takes to run on the
 device (about 60 us on an H200): a reference whose eager launches take longer is timed with
@@ -43,7 +43,6 @@ WARMUP_CALLS = 3
 TRIALS = 100
 DISCARDED = 1
 FILL_SHAPE = (32, 1024, 1024)  # int64: 256 MiB
-FILL_BYTES = 8 * 32 * 1024 * 1024
 ORDER = ("solution", "reference")  # KernelBench times the new model first
 DEFENCE_NOTE = (
     " (a defence of this harness: KernelBench's own evaluator does not check this, and its "

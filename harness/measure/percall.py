@@ -22,6 +22,7 @@ from harness import stats, status
 from harness.measure import timing
 from harness.measure.checking import guard
 from harness.measure.timing import Call, L2Flush, prepare_call
+from harness.measurement import PerCall
 from harness.settings import Settings, StopRule
 
 HOST_BOUND_GAP = 0.10  # per-call and device speedups further apart than this: one side's host
@@ -77,14 +78,10 @@ def measure(
     rule = per_call_rule(settings.timing.rule)
     with torch.no_grad():
         sampled = guard(status.RUNTIME_ERROR, "per-call timing", timing.sample, calls, timer, rule)
-    measured = sampled.measurements
-    speedup = stats.paired_ratio(measured["reference"].times_us, measured["solution"].times_us)
+    reference, solution = sampled.measurements["reference"], sampled.measurements["solution"]
+    speedup = stats.paired_ratio(reference.times_us, solution.times_us)
     return {
-        "per_call": {
-            "reference": measured["reference"].to_dict(),
-            "solution": measured["solution"].to_dict(),
-            "speedup": speedup.to_dict(),
-        },
+        "per_call": PerCall(reference, solution, speedup).to_dict(),
         "host_bound": host_bound(device_speedup, speedup.value),
     }
 
