@@ -10,8 +10,14 @@
 #   GIT_COMMIT=<sha> bash scripts/gpu_session.sh sanitize  memcheck on the fast kernels' cases
 #   KB_SRC=<KernelBench checkout> KB_PROBLEMS=<its level1 files> bash scripts/gpu_session.sh \
 #       kernelbench   the side-by-side with KernelBench's own evaluator (README, "Judged as
-#                     KernelBench judges"): builds first, then the profile's sweep, KernelBench's
-#                     timer, the default sweep, and the table; both KB paths outside git, carried
+#                     KernelBench judges"): builds first, then the profile's sweep,
+#                     KernelBench's timer and the default timer's sweep as far as time allows;
+#                     both KB paths outside git, carried
+#   KB_PROBLEMS=... bash scripts/gpu_session.sh kernelbench-default
+#                     the rest of the default timer's sweep (--resume), in a second call;
+#                     `kernelbench_side_by_side.py table` then joins the three, anywhere
+#   PROBLEMS="a b" GIT_COMMIT=<sha> bash scripts/gpu_session.sh run
+#                     re-run only these problems (run.py --problem a, then b, with --compile)
 # Each step has a time limit so that the call ends in time. NVML's Python binding (for the
 # clock and temperature columns) is installed from a wheel under $WHEELS when one is there.
 set -uo pipefail
@@ -46,7 +52,13 @@ state=${STATE:-/tmp/gpu-state}
 gpu=$($python -c 'import torch, re; print(re.sub("[^a-z0-9]+", "-", torch.cuda.get_device_name().lower()).strip("-"))')
 first=$state/results/$gpu second=$state/second/$gpu
 
-if [ "$part" = run ]; then
+sweep=(--problems "${KB_PROBLEMS:-}" --solutions examples/kernelbench_level1 --build-jobs 16)
+if [ "$part" = run ] && [ -n "${PROBLEMS:-}" ]; then
+  for problem in $PROBLEMS; do
+    step "run-$problem" 200 $python run.py --problem "$problem" --compile ${RUN_FLAGS:-} \
+      --results-dir "$state/results"
+  done
+elif [ "$part" = run ]; then
   step run-all 560 $python run.py --all --compile ${RUN_FLAGS:-} --results-dir "$state/results"
 elif [ "$part" = validate ]; then
   # The same code again, reusing the first run's copy ceiling and compile baseline.
@@ -63,17 +75,16 @@ elif [ "$part" = checks ]; then
     --deselect tests/test_gpu.py::test_every_shipped_solution_is_correct_on_the_gpu
 elif [ "$part" = kernelbench ]; then
   # Builds first (a check-only sweep): timing waits for them anyway, and KernelBench's side
-  # reuses them. The solutions are examples/kernelbench_level1, the problems KB_PROBLEMS. The
-  # steps' outputs go into the results' archive: the device tool returns at most 8 files.
-  out=$state/kb-out && mkdir -p "$out"
-  sweep=(--problems "$KB_PROBLEMS" --solutions examples/kernelbench_level1 --build-jobs 16)
-  step kb-build 200 $python run.py "${sweep[@]}" --check-only --results-dir "$state/kb-built"
-  step kb-profile 150 $python run.py "${sweep[@]}" --as kernelbench --results-dir "$state/kb"
-  step kb-theirs 120 $python scripts/kernelbench_side_by_side.py measure "$KB_SRC" \
+  # reuses them. The solutions are examples/kernelbench_level1, the problems KB_PROBLEMS.
+  step kb-build 220 $python run.py "${sweep[@]}" --check-only --results-dir "$state/kb-built"
+  step kb-profile 140 $python run.py "${sweep[@]}" --as kernelbench --results-dir "$state/kb"
+  step kb-theirs 150 $python scripts/kernelbench_side_by_side.py measure "$KB_SRC" \
     "$KB_PROBLEMS" examples/kernelbench_level1 .cache/builds "$state/kb/kb.jsonl"
-  step kb-default 150 $python run.py "${sweep[@]}" --results-dir "$state/kb"
-  step kb-table 30 $python scripts/kernelbench_side_by_side.py table "$state/kb/kb.jsonl" \
-    "$state/kb/$gpu-kernelbench" "$state/kb/$gpu"
+  # The default timer's sweep in what is left of the call; `kernelbench-default` (a second
+  # call, on the same warm machine or a fresh one) goes on where it stopped.
+  step kb-default $((575 - SECONDS)) $python run.py "${sweep[@]}" --resume --results-dir "$state/kb"
+elif [ "$part" = kernelbench-default ]; then
+  step kb-default 400 $python run.py "${sweep[@]}" --resume --results-dir "$state/kb"
 else  # sanitize
   for solution in multilabel_margin/fast_cuda multilabel_margin/warp_cuda smooth_l1/fast_cuda; do
     step "memcheck-${solution//\//-}" 120 compute-sanitizer --tool memcheck --error-exitcode 9 \

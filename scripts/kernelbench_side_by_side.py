@@ -116,8 +116,10 @@ def _one_pair(
         times = kb_timing.time_execution_with_cuda_event(
             timed, inputs, num_trials=100, verbose=False, device=device
         )
-        row[name] = kb_timing.get_timing_stats(times, device=device)["mean"]
+        stats = kb_timing.get_timing_stats(times, device=device)
+        row[name], row[f"{name}_stats"] = stats["mean"], stats
         row[f"{name}_unrounded"] = sum(times) / len(times)
+        row[f"{name}_median"] = sorted(times)[len(times) // 2]
     row["speedup"] = row["ref_runtime_unrounded"] / row["runtime_unrounded"]
     return row
 
