@@ -74,15 +74,18 @@ elif [ "$part" = checks ]; then
   step pytest-gpu 560 $python -m pytest -q -rs -m gpu ${TESTS:-tests} --durations=5 \
     --deselect tests/test_gpu.py::test_every_shipped_solution_is_correct_on_the_gpu
 elif [ "$part" = kernelbench ]; then
-  # Builds first (a check-only sweep): timing waits for them anyway, and KernelBench's side
-  # reuses them. The solutions are examples/kernelbench_level1, the problems KB_PROBLEMS.
-  step kb-build 220 $python run.py "${sweep[@]}" --check-only --results-dir "$state/kb-built"
-  step kb-profile 140 $python run.py "${sweep[@]}" --as kernelbench --results-dir "$state/kb"
-  step kb-theirs 150 $python scripts/kernelbench_side_by_side.py measure "$KB_SRC" \
-    "$KB_PROBLEMS" examples/kernelbench_level1 .cache/builds "$state/kb/kb.jsonl"
+  # The profile's sweep builds everything first (timing waits for every build), and
+  # KernelBench's side reuses those builds. The solutions are examples/kernelbench_level1, the
+  # problems KB_PROBLEMS; KernelBench's pydantic comes from wheels in KB_WHEELS when given.
+  step kb-profile 330 $python run.py "${sweep[@]}" --as kernelbench --results-dir "$state/kb"
+  if [ -n "${KB_WHEELS:-}" ]; then
+    $python -m pip install -q --no-index --no-deps --target "$state/kb-site" "$KB_WHEELS"/*.whl
+  fi
+  step kb-theirs 150 env PYTHONPATH="$state/kb-site" $python scripts/kernelbench_side_by_side.py \
+    measure "$KB_SRC" "$KB_PROBLEMS" examples/kernelbench_level1 .cache/builds "$state/kb/kb.jsonl"
   # The default timer's sweep in what is left of the call; `kernelbench-default` (a second
   # call, on the same warm machine or a fresh one) goes on where it stopped.
-  step kb-default $((575 - SECONDS)) $python run.py "${sweep[@]}" --resume --results-dir "$state/kb"
+  step kb-default $((580 - SECONDS)) $python run.py "${sweep[@]}" --resume --results-dir "$state/kb"
 elif [ "$part" = kernelbench-default ]; then
   step kb-default 400 $python run.py "${sweep[@]}" --resume --results-dir "$state/kb"
 else  # sanitize

@@ -45,14 +45,23 @@ def number(name: str) -> int | None:
 
 
 def import_kernelbench(checkout: Path) -> tuple[Any, Any]:
-    """KernelBench's eval and timing modules; the LLM clients its utils module imports (and
-    the evaluator never calls) are stood in for where they are not installed."""
-    for name, attribute in (("openai", "OpenAI"), ("litellm", "completion")):
+    """KernelBench's eval and timing modules. What its utils module imports for the LLM
+    clients and the dataset (and the evaluator never calls) is stood in for where it is not
+    installed; pydantic, which eval's result type needs, must be there (KB_WHEELS)."""
+    stand_ins = {
+        "openai": {"OpenAI": None},
+        "litellm": {"completion": None},
+        "dotenv": {"load_dotenv": lambda *args, **kwargs: False},  # called at import
+        "tqdm": {"tqdm": None},
+        "requests": {},
+    }
+    for name, attributes in stand_ins.items():
         try:
             __import__(name)
         except ImportError:
             stand_in = types.ModuleType(name)
-            setattr(stand_in, attribute, None)  # imported by name, never called by eval
+            for attribute, value in attributes.items():
+                setattr(stand_in, attribute, value)
             sys.modules[name] = stand_in
     sys.path.insert(0, str(checkout / "src"))
     from kernelbench import eval as kb_eval  # type: ignore[import-not-found]
