@@ -23,6 +23,9 @@ REPO = Path(__file__).resolve().parent.parent
 FLUSHES = ("read", "write")
 HARNESS, KERNELBENCH = "harness", "kernelbench"  # the profiles a run is judged under (--as)
 COMPARE_THRESHOLD = 0.02  # run.py --compare: a change smaller than this share is "unchanged"
+# Where builds are cached unless --build-dir says: a folder outside the clone lets a fresh clone
+# (CI's, a second checkout) reuse every build whose sources and toolchain are unchanged.
+BUILD_DIR_VARIABLE = "HARNESS_BUILD_DIR"
 
 
 def option(default: Any, help: str, resolved: bool = False, **flag: Any) -> Any:
@@ -186,7 +189,9 @@ class Places:
         REPO / "results", "where tables and the run log go (a folder per machine inside)"
     )
     build_dir: Path = option(
-        REPO / ".cache" / "builds", "cache of built extensions, a folder per solution content"
+        Path(os.environ.get(BUILD_DIR_VARIABLE) or REPO / ".cache" / "builds"),
+        f"cache of built extensions, a folder per solution content and toolchain (default: "
+        f"${BUILD_DIR_VARIABLE} if set, else .cache/builds)",
     )
     log_dir: Path = option(REPO / "logs", "full log of every solution's worker, a folder per run")
 

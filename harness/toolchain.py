@@ -14,11 +14,13 @@ ninja). The harness only prepares the environment that builder reads:
 
 from __future__ import annotations
 
+import functools
 import glob
 import hashlib
 import importlib.util
 import os
 import shutil
+import subprocess
 import sys
 from pathlib import Path
 
@@ -66,8 +68,28 @@ def build_folder(cache_dir: Path, problem: str, solution: Path, arch: str, conte
     import torch  # deferred: importing torch costs seconds and most callers already have
 
     toolchain = f"{torch.__version__}|{torch.version.cuda}|{sys.version_info[:2]}|{arch}"
-    key = hashlib.sha256(f"{content}|{toolchain}".encode()).hexdigest()[:16]
+    key = hashlib.sha256(f"{content}|{toolchain}|{compilers()}".encode()).hexdigest()[:16]
     return cache_dir / problem / f"{solution.stem}-{key}"
+
+
+@functools.cache
+def compilers() -> str:
+    """What compiles an extension here: the first line of `c++ --version` ($CXX where set, as
+    torch's builder uses it) and the last of `nvcc --version` (the toolkit's, where found), so a
+    changed compiler gets a new build folder. A compiler that is missing reads as 'none'."""
+    found = find_cuda_home()
+    nvcc = str(Path(found) / "bin" / "nvcc") if found else "nvcc"
+    cxx = _version_line([os.environ.get("CXX") or "c++", "--version"], first=True)
+    return f"{cxx}|{_version_line([nvcc, '--version'], first=False)}"
+
+
+def _version_line(command: list[str], first: bool) -> str:
+    try:
+        done = subprocess.run(command, capture_output=True, text=True, timeout=30, check=False)
+    except (OSError, subprocess.TimeoutExpired):
+        return "none"
+    lines = [line for line in done.stdout.splitlines() if line.strip()]
+    return (lines[0] if first else lines[-1]) if lines and done.returncode == 0 else "none"
 
 
 def use_build_cache(

@@ -9,11 +9,16 @@ import pytest
 import torch
 
 import run
+from harness.settings import Places
 
 REPO = Path(__file__).resolve().parent.parent
 FIXTURES = REPO / "tests" / "fixtures"
 TOY = FIXTURES / "toy"
 TOY_SOLUTIONS = FIXTURES / "toy_solutions"
+# The build cache of every test that does not need a cold one: run.py's own default (.cache/builds,
+# or $HARNESS_BUILD_DIR), keyed by content and toolchain, so a test, run.py and CI's compile
+# check share each build, within a run and across runs.
+BUILDS = Places().build_dir
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
@@ -60,11 +65,10 @@ class CliRun:
 
 
 @pytest.fixture
-def cli(tmp_path: Path, request: pytest.FixtureRequest) -> CliRun:
-    # Builds are cached across test sessions, keyed by content like any other build.
-    return CliRun(tmp_path, request.config.cache.mkdir("builds"))
+def cli(tmp_path: Path) -> CliRun:
+    return CliRun(tmp_path, BUILDS)
 
 
 @pytest.fixture(scope="module")
-def module_cli(tmp_path_factory: pytest.TempPathFactory, request: pytest.FixtureRequest) -> CliRun:
-    return CliRun(tmp_path_factory.mktemp("cli"), request.config.cache.mkdir("builds"))
+def module_cli(tmp_path_factory: pytest.TempPathFactory) -> CliRun:
+    return CliRun(tmp_path_factory.mktemp("cli"), BUILDS)

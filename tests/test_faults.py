@@ -31,7 +31,7 @@ from harness.run import driving
 from harness.run.discovery import ProblemSource, resolve_problem
 from harness.run.session import Session
 from harness.settings import Checking, Limits, Places, Settings, StopRule, Timing
-from tests.conftest import FIXTURES, REPO, TOY, CliRun, toy_solution
+from tests.conftest import BUILDS, FIXTURES, REPO, TOY, CliRun, toy_solution
 from tests.fixtures.faults import garbage_output
 
 FAULTS = FIXTURES / "faults"
@@ -265,7 +265,7 @@ def test_running_out_of_gpu_memory_is_a_runtime_error_and_the_next_solution_runs
 ) -> None:
     # The next solution is a CUDA kernel (a plain-PyTorch one is rejected on a GPU); the build
     # cache is run.py's default, as in test_gpu.py, so it is built once per machine.
-    cli = CliRun(tmp_path, REPO / ".cache" / "builds")
+    cli = CliRun(tmp_path, BUILDS)
     solutions = [
         "--solution",
         fault("gpu_out_of_memory"),

@@ -6,7 +6,7 @@ from pathlib import Path
 import pytest
 
 import run
-from tests.conftest import FIXTURES, REPO, TOY, CliRun, toy_solution
+from tests.conftest import BUILDS, FIXTURES, TOY, CliRun, toy_solution
 from tests.test_cheats import (
     EXPECTED,
     MEAN,
@@ -24,7 +24,7 @@ pytestmark = pytest.mark.gpu
 def gpu_cli(tmp_path: Path) -> CliRun:
     # Shares run.py's default build cache, so the shipped solutions built by an earlier
     # `run.py --all` in the same session are not built again.
-    return CliRun(tmp_path, REPO / ".cache" / "builds")
+    return CliRun(tmp_path, BUILDS)
 
 
 def test_cuda_solution_is_built_for_the_gpu_checked_and_timed_with_events(gpu_cli) -> None:
@@ -91,7 +91,7 @@ GPU_EXPECTED = {
 
 @pytest.fixture(scope="module")
 def gpu_cheats(tmp_path_factory: pytest.TempPathFactory) -> Iterator[CliRun]:
-    cli = CliRun(tmp_path_factory.mktemp("cheats"), REPO / ".cache" / "builds")
+    cli = CliRun(tmp_path_factory.mktemp("cheats"), BUILDS)
     try:
         yield run_cheats(cli, [*GPU_EXPECTED, "replay_by_pointer"])
     finally:

@@ -15,7 +15,7 @@ import torch
 
 from harness.loading import import_file
 from harness.toolchain import source_hash, use_build_cache
-from tests.conftest import REPO
+from tests.conftest import BUILDS, REPO
 
 pytestmark = pytest.mark.build
 
@@ -49,8 +49,8 @@ def cell_arguments(
     ]
 
 
-def test_the_cpp_backward_passes_gradcheck_in_float64(request: pytest.FixtureRequest) -> None:
-    function = built(CPP, "9.0", Path(request.config.cache.mkdir("builds"))).LLTMFunction
+def test_the_cpp_backward_passes_gradcheck_in_float64() -> None:
+    function = built(CPP, "9.0", BUILDS).LLTMFunction
     # input, weights, bias, old_h, old_cell: every gradient the backward gives, parameters too
     assert torch.autograd.gradcheck(function.apply, cell_arguments(3, 5, 7))
 
@@ -60,8 +60,7 @@ def cuda_solution(request: pytest.FixtureRequest) -> ModuleType:
     major, minor = torch.cuda.get_device_capability()
     # run.py's default build cache, so a solution built by `run.py --problem lltm` (same
     # sources, same GPU) is not built again, nor the other way round.
-    builds = REPO / ".cache" / "builds"
-    return built(SOLUTIONS / f"{request.param}.py", f"{major}.{minor}", builds)
+    return built(SOLUTIONS / f"{request.param}.py", f"{major}.{minor}", BUILDS)
 
 
 # 3x5x7: the scalar path everywhere; 2x3x8: the state a multiple of 4 (fast_cuda's vector path)

@@ -1,6 +1,8 @@
 """The build environment: finding CUDA, picking architectures, keying build folders."""
 
 import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -65,6 +67,55 @@ def test_build_folders_are_keyed_by_content(tmp_path: Path) -> None:
     assert toolchain.build_folder(tmp_path, "p", one, "8.0", "h") != toolchain.build_folder(
         tmp_path, "p", one, "9.0", "h"
     )
+
+
+def test_a_changed_compiler_or_torch_gets_a_new_build_folder(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    solution = tmp_path / "s.py"
+    solution.write_text("load_inline(name='ext', cpp_sources='{}')\n")
+
+    def folder() -> Path:
+        return toolchain.build_folder(tmp_path, "p", solution, "9.0", "h")
+
+    before = folder()
+    monkeypatch.setattr(toolchain, "compilers", lambda: "c++ 99.0|nvcc 99.0")
+    changed_compiler = folder()
+    assert changed_compiler != before
+    monkeypatch.setattr("torch.__version__", "0.0.0")
+    assert folder() not in (before, changed_compiler)
+
+
+def test_the_compilers_read_as_their_version_lines_or_none(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    cxx = tmp_path / "cxx"
+    cxx.write_text("#!/bin/sh\necho 'g++ (Test) 1.2.3'\necho 'Copyright'\n")
+    cxx.chmod(0o755)
+    monkeypatch.setenv("CXX", str(cxx))
+    monkeypatch.setenv("CUDA_HOME", str(fake_toolkit(tmp_path / "cuda")))  # its nvcc says nothing
+    toolchain.compilers.cache_clear()
+    try:
+        assert toolchain.compilers() == "g++ (Test) 1.2.3|none"
+        monkeypatch.setenv("CXX", str(tmp_path / "missing"))
+        toolchain.compilers.cache_clear()
+        assert toolchain.compilers().startswith("none|")
+    finally:
+        toolchain.compilers.cache_clear()
+
+
+def test_the_build_cache_can_live_outside_the_clone(tmp_path: Path) -> None:
+    code = "from harness.settings import Places; print(Places().build_dir)"
+    environment = {**os.environ, "HARNESS_BUILD_DIR": str(tmp_path / "builds")}
+    shown = subprocess.run(
+        [sys.executable, "-c", code],
+        env=environment,
+        cwd=Path(toolchain.__file__).resolve().parent.parent,
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.strip()
+    assert shown == str(tmp_path / "builds")
 
 
 def test_library_headers_are_added_only_where_the_toolkit_lacks_them(tmp_path: Path) -> None:
