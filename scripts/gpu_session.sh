@@ -5,8 +5,7 @@
 #                                                          (and $RUN_FLAGS, such as --ncu)
 #   GIT_COMMIT=<sha> bash scripts/gpu_session.sh validate  a second run, validate_timing.py,
 #                                                          run.py --compare, a --graph run
-#   GIT_COMMIT=<sha> bash scripts/gpu_session.sh checks    the GPU tests (the cheats on the GPU
-#                                                          among them)
+#   GIT_COMMIT=<sha> bash scripts/gpu_session.sh checks    every GPU test (scripts/gpu_tests.sh)
 #   GIT_COMMIT=<sha> bash scripts/gpu_session.sh sanitize  memcheck on the fast kernels' cases
 #   KB_SRC=<KernelBench checkout> KB_PROBLEMS=<its level1 files> bash scripts/gpu_session.sh \
 #       kernelbench   the side-by-side with KernelBench's own evaluator (README, "Judged as
@@ -69,10 +68,9 @@ elif [ "$part" = validate ]; then
   step compare 30 $python run.py --compare "$first" "$second"
   step graph 150 $python run.py --all --graph --results-dir "$state/graph"
 elif [ "$part" = checks ]; then
-  # Every shipped solution is run by the `run` part (run.py --all), not again here; the tests
-  # build what they need. The cheats alone take about 220 s on the H200 (2026-11-30).
-  step pytest-gpu 560 $python -m pytest -q -rs -m gpu ${TESTS:-tests} --durations=5 \
-    --deselect tests/test_gpu.py::test_every_shipped_solution_is_correct_on_the_gpu
+  # Every GPU test (scripts/gpu_tests.sh: builds first, then the tests in parallel, then the
+  # ones that must run alone).
+  step gpu-tests 570 bash scripts/gpu_tests.sh
 elif [ "$part" = kernelbench ]; then
   # The profile's sweep builds everything first (timing waits for every build), and
   # KernelBench's side reuses those builds. The solutions are examples/kernelbench_level1, the

@@ -4,6 +4,7 @@ identity, the profiler's judgement, the static scan and the unseen-work cross-ch
 from __future__ import annotations
 
 import random
+import shlex
 import sys
 import threading
 import time
@@ -482,3 +483,11 @@ def test_a_run_refuses_a_problem_that_fails_its_audit(cli: Any, capsys: Any) -> 
     errors = [line for line in lines if line.startswith("error:")]
     assert errors == lines[-1:]
     assert errors[0].startswith("error: problem 'returns_zeros' fails its audit (zero_passes)")
+    # the command it names runs as printed: a KernelBench file is named by its path
+    audit_it = shlex.split(errors[0].split("(all findings: ")[1].split(";")[0])
+    assert (
+        audit_it[:2] == ["python", "run.py"]
+        and audit_it[-1] == "tests/fixtures/audit/returns_zeros.py"
+    )
+    assert run.main([*audit_it[2:], "--device", "cpu"]) == run.EXIT_FAILED
+    assert "reject zero_passes" in capsys.readouterr().out

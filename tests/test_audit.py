@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import io
 import re
 from dataclasses import replace
 from typing import Any
@@ -16,8 +17,10 @@ from harness.loading import Case, Problem, load_problem
 from harness.matching import mismatch
 from harness.measure.checking import Verdict, check_cases
 from harness.run.audit import REJECT, WARN, Finding, audit_problem, rejected, render_findings
-from harness.run.discovery import list_problems
-from harness.settings import Checking
+from harness.run.discovery import ProblemSource, list_problems
+from harness.run.progress import Progress
+from harness.run.session import Session
+from harness.settings import Checking, Places, Settings
 from tests.conftest import FIXTURES, REPO
 
 AUDIT = FIXTURES / "audit"
@@ -291,3 +294,39 @@ def test_the_shipped_problems_pass(name: str) -> None:
     problem = load_problem(name, REPO / "problems" / name / "reference.py")
     findings = audit_problem(problem, CPU)
     assert not rejected(findings), render_findings(name, findings)
+
+
+KERNELBENCH_STYLE = """
+import torch
+import torch.nn as nn
+
+
+class Model(nn.Module):
+    def forward(self, x):
+        return torch.relu(x) * 2
+
+
+def get_inputs():
+    return [torch.randn(8, 16)]
+
+
+def get_init_inputs():
+    return []
+"""
+
+
+def test_problems_without_cases_get_one_note_a_run_and_others_their_warning(tmp_path) -> None:
+    places = Places(tmp_path / "results", tmp_path / "builds", tmp_path / "logs")
+    stream = io.StringIO()
+    session = Session(Settings(device="cpu", places=places), Progress(stream), recording=False)
+    for name in ("1_Relu", "2_Relu"):  # two stock KernelBench-style files: one note in all
+        path = tmp_path / f"{name}.py"
+        path.write_text(KERNELBENCH_STYLE)
+        session._audit(ProblemSource(name, path), load_problem(name, path))
+    relu = load_problem("1_Relu", tmp_path / "1_Relu.py")
+    again = Case("same shapes", relu.cases[0].get_init_inputs, relu.cases[0].get_inputs)
+    one_shape = replace(relu, cases=(*relu.cases, again))  # declares CASES, all one shape
+    session._audit(ProblemSource("one_shape", relu.path), one_shape)
+    lines = stream.getvalue().splitlines()
+    assert sum("declares no CASES" in line for line in lines) == 1
+    assert [line.split(":")[0] for line in lines if "audit warning" in line] == ["one_shape"]

@@ -259,6 +259,7 @@ def test_a_cpu_runs_logs_hold_no_profiler_noise_and_no_traceback_for_a_verdict(
             assert "Traceback" not in text and "result: incorrect: " in text, solution
 
 
+@pytest.mark.alone
 @pytest.mark.gpu
 def test_running_out_of_gpu_memory_is_a_runtime_error_and_the_next_solution_runs(
     tmp_path: Path,

@@ -267,6 +267,7 @@ def test_run_as_kernelbench_records_the_profile_apart_and_marks_a_defence(cli: C
 # On the GPU --------------------------------------------------------------------------------
 
 
+@pytest.mark.alone
 @pytest.mark.gpu
 def test_per_call_time_includes_the_host_time_of_many_launches() -> None:
     device = torch.device("cuda")
@@ -287,6 +288,7 @@ def test_per_call_time_includes_the_host_time_of_many_launches() -> None:
     assert medians["per_call"] > 1.5 * medians["device"], medians
 
 
+@pytest.mark.alone
 @pytest.mark.gpu
 def test_the_kernelbench_timer_gives_a_mean_of_100_calls_per_side() -> None:
     device = torch.device("cuda")

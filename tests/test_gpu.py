@@ -27,6 +27,7 @@ def gpu_cli(tmp_path: Path) -> CliRun:
     return CliRun(tmp_path, BUILDS)
 
 
+@pytest.mark.alone
 def test_cuda_solution_is_built_for_the_gpu_checked_and_timed_with_events(gpu_cli) -> None:
     args = ["--problem", str(TOY), "--solution", toy_solution("cuda_kernel"), "--max-samples", "20"]
     assert gpu_cli(*args) == run.EXIT_OK
@@ -99,6 +100,7 @@ def gpu_cheats(tmp_path_factory: pytest.TempPathFactory) -> Iterator[CliRun]:
             path.unlink(missing_ok=True)
 
 
+@pytest.mark.xdist_group("gpu_cheats")
 @pytest.mark.parametrize("name", list(GPU_EXPECTED))
 def test_each_cheat_gets_its_verdict_on_the_gpu(gpu_cheats: CliRun, name: str) -> None:
     record = gpu_cheats.record(name)
@@ -106,11 +108,13 @@ def test_each_cheat_gets_its_verdict_on_the_gpu(gpu_cheats: CliRun, name: str) -
     assert_verdict(record, GPU_EXPECTED[name])
 
 
+@pytest.mark.xdist_group("gpu_cheats")
 def test_replaying_by_address_is_caught_on_the_gpu(gpu_cheats: CliRun) -> None:
     record = gpu_cheats.record("replay_by_pointer")
     assert (record["status"], record.get("reason")) in POINTER_VERDICTS, record["detail"]
 
 
+@pytest.mark.xdist_group("gpu_cheats")
 def test_the_modules_a_solution_planted_are_gone_on_the_gpu(gpu_cheats: CliRun) -> None:
     gpu_cheats.record("plants_modules")
     for path in PLANTED:
@@ -145,6 +149,7 @@ def test_an_honest_long_matvec_kernel_is_judged_against_the_exact_answer(gpu_cli
     assert record["checks"] >= 15
 
 
+@pytest.mark.alone
 def test_ncu_counts_an_honest_kernels_bytes_and_flags_a_sub_batch(gpu_cli: CliRun) -> None:
     honest = ["--problem", str(TOY), "--solution", toy_solution("cuda_kernel")]
     assert gpu_cli(*honest, "--ncu", "--trials", "1", "--max-samples", "20") == run.EXIT_OK
@@ -178,6 +183,7 @@ def synchronizing_run(gpu_cli: CliRun, mode: str, monkeypatch: pytest.MonkeyPatc
     return record
 
 
+@pytest.mark.alone
 @pytest.mark.parametrize("mode", SYNC_MODES)
 def test_a_solution_that_synchronizes_is_flagged_and_timed_as_it_runs_in_a_loop(
     gpu_cli, mode: str, monkeypatch: pytest.MonkeyPatch

@@ -32,7 +32,7 @@ def toy_run(module_cli: CliRun) -> tuple[int, CliRun]:
         ("segfault", "crashed", "worker killed by SIGSEGV; log ends: Fatal Python error"),
         ("hard_exit", "crashed", "worker exited with code 7 without reporting"),
         ("sys_exit", "crashed", "the solution called sys.exit(4)"),
-        ("hangs", "timeout", "check step ran past its 4 s limit"),
+        ("hangs", "timeout", "check step ran past its 4 s limit in case 'default' (--timeout"),
     ],
 )
 def test_each_failure_becomes_a_row_with_a_status(

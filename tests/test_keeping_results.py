@@ -80,10 +80,16 @@ def test_forget_drops_the_rows_and_re_renders(
     assert len((folder / LOG_NAME).read_text().splitlines()) == 3  # both records, one removal
 
 
-def test_forgetting_a_problem_s_last_solution_removes_its_tables(folder: Path) -> None:
+def test_forgetting_a_problem_s_last_solution_removes_its_tables(
+    folder: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     (folder / "p.svg").write_text("<svg/>\n")  # as if drawn where matplotlib is installed
-    assert forget(folder, "slow") == forget(folder, "fast") == run.EXIT_OK
+    assert forget(folder, "slow") == run.EXIT_OK
+    capsys.readouterr()
+    assert forget(folder, "fast") == run.EXIT_OK
     assert not [p.name for p in folder.glob("p.*")]
+    out = capsys.readouterr().out  # says what it removed, not only what it rewrote
+    assert out.strip().endswith("rewrote: summary.md; removed: p.md, p.csv, p.svg")
     assert "| p " not in (folder / "summary.md").read_text()
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import io
+from types import SimpleNamespace
 
 import pytest
 
@@ -32,6 +33,27 @@ def test_in_a_log_a_long_step_says_how_far_it_has_come(monkeypatch: pytest.Monke
     assert lines[-1] == "[1/2] toy/good: ok" and "\r" not in stream.getvalue()
 
 
+def test_a_long_check_names_its_case_and_what_stops_it(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(progress, "QUIET_S", 0.0)
+    stream = io.StringIO()
+    shown = Progress(stream)
+    shown.start(1, 1, "toy/hangs")
+    shown.event({"kind": "phase", "phase": "check"})
+    tick = {"kind": "tick", "phase": "check", "case": "beta=0.5", "limit": 300.0}
+    shown.event({**tick, "elapsed": 5.0})
+    shown.event({**tick, "elapsed": 27.0})
+    shown.event(
+        {"kind": "tick", "phase": "load", "building": True, "limit": 1800.0, "elapsed": 90.0}
+    )
+    lines = stream.getvalue().splitlines()
+    assert "[1/1] toy/hangs: checking, case 'beta=0.5' ... 5 s" in lines  # short: no hint
+    assert (
+        "[1/1] toy/hangs: checking, case 'beta=0.5' ... 27 s "
+        "(stopped at 300 s; --timeout SECONDS sets that)"
+    ) in lines
+    assert lines[-1].endswith("... 90 s (stopped at 1800 s; --build-timeout SECONDS sets that)")
+
+
 def test_on_a_terminal_the_counts_are_a_bar_that_goes_when_the_step_ends() -> None:
     stream = Terminal()
     shown = Progress(stream)
@@ -45,3 +67,25 @@ def test_on_a_terminal_the_counts_are_a_bar_that_goes_when_the_step_ends() -> No
     assert shown.bar is None  # closed, and not left on the screen
     shown.finish("ok")
     assert stream.getvalue().endswith("[1/1] toy/good: ok\n")
+
+
+def test_an_extension_built_by_the_run_is_not_then_claimed_from_the_cache() -> None:
+    from harness.run.reporting import SerialReport
+
+    stream = io.StringIO()
+    shown = Progress(stream)
+    report = SerialReport(shown)
+
+    built = {"builds": [{"name": "toy_ext", "cached": False, "seconds": 40.6}]}
+    unit = SimpleNamespace(index=1, total=1, label="toy/cpp_extension", built=built)
+    report.built(unit, built)  # type: ignore[arg-type]
+    on_event = report.judging(unit, "cpu")  # type: ignore[arg-type]
+    on_event({"kind": "build_start", "name": "toy_ext", "found": True})
+    on_event({"kind": "build_end", "name": "toy_ext", "cached": True, "seconds": 0.1})
+    on_event({"kind": "build_start", "name": "other_ext", "found": True})
+    on_event({"kind": "build_end", "name": "other_ext", "cached": True, "seconds": 0.1})
+    lines = stream.getvalue().splitlines()
+    assert lines[0] == "toy/cpp_extension: built toy_ext in 40.6 s"
+    assert not any("toy_ext from the build cache" in line for line in lines)
+    assert "[1/1] toy/cpp_extension: loading C++ extension toy_ext (built above)" in lines
+    assert "[1/1] toy/cpp_extension: loaded other_ext from the build cache" in lines

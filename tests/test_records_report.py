@@ -213,3 +213,17 @@ def test_a_small_bandwidth_is_shown_with_its_digits_not_as_zero() -> None:
     at = list(report.COLUMNS).index
     assert cells[0][at("gbps")] == "0.412" and cells[0][at("ceiling_pct")] == ""
     assert cells[1][at("gbps")] == "2,500"
+
+
+def test_the_console_table_gives_every_note_in_full_within_its_width() -> None:
+    from harness.results import console
+
+    long = "case 'beta=0.5', seed 1234: 17 of 4096 elements differ; max abs err 0.25 at (3, 7)"
+    failed = make.record("p", "wrong", status="incorrect", detail=long)
+    good = make.record("p", "good", [make.bench(10.0, 20.0)])
+    text = console.compact("p", [good, failed], None)
+    lines = text.splitlines()
+    assert max(len(line) for line in lines) <= console.WIDTH
+    assert lines[-1] == f"[1] {long}"  # below the table, whole
+    assert next(line for line in lines if line.startswith("wrong")).rstrip().endswith("[1]")
+    assert "..." not in text

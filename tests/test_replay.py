@@ -22,7 +22,7 @@ from harness.run import replay
 from harness.run.discovery import ProblemSource, given_solutions, resolve_problem
 from harness.settings import Checking, Places, Settings, StopRule, Timing
 from tests.conftest import FIXTURES, REPO, TOY, CliRun, toy_solution
-from tests.records_factory import record
+from tests.records_factory import bench, record
 
 TOY_MEAN = FIXTURES / "toy_mean"
 SUBSAMPLE = FIXTURES / "cheats_mean" / "subsample_mean.py"  # incorrect on the 'spike' case
@@ -60,6 +60,16 @@ def test_an_incorrect_solution_is_replayed_on_its_case_with_the_same_verdict(
     assert (again["status"], again["detail"]) == (first["status"], first["detail"])  # same inputs
     assert again["settings"]["checking"]["case"] == "spike"
     assert again["cases"] == 1 and again["benchmarks"] == []
+
+
+def test_a_run_that_recorded_nothing_is_replayed_without_recording(cli: CliRun, capfd) -> None:
+    common = ("--problem", str(TOY_MEAN), "--solution", str(SUBSAMPLE), "--device", "cpu")
+    assert cli(*common, "--trials", "2", "--no-record") == run.EXIT_FAILED
+    (line,) = replay_lines(capfd.readouterr().err)
+    assert line.endswith("--check-only --no-record")
+    assert run_replay(cli, line) == run.EXIT_FAILED
+    assert "case 'spike'" in capfd.readouterr().out
+    assert not list(cli.root.glob("results/*/runs.jsonl"))
 
 
 def test_a_failure_while_timing_is_replayed_by_the_whole_run(cli: CliRun, capfd) -> None:
@@ -167,6 +177,21 @@ def test_a_shipped_problem_and_solution_are_replayed_by_name_and_path() -> None:
         "--seed 42 --secret 0 --trials 5 --graph"
     )
     assert replay.command(replace(failed, status="timeout"), source, solution, None, None) is None
+    hung = replay.command(replace(failed, status="timeout"), source, solution, "check", "big")
+    assert hung is not None and "--case big " in hung and hung.endswith("--check-only")
+
+
+def test_a_hang_is_replayed_on_its_case_as_printed(cli: CliRun, capfd) -> None:
+    hangs = ("--problem", str(TOY), "--solution", toy_solution("hangs"), "--device", "cpu")
+    assert cli(*hangs, "--timeout", "3", "--trials", "1") == run.EXIT_FAILED
+    detail = cli.record("hangs")["detail"]
+    assert (
+        detail == "check step ran past its 3 s limit in case 'default' (--timeout SECONDS sets it)"
+    )
+    (line,) = replay_lines(capfd.readouterr().err)
+    assert "--case default" in line and "--timeout 3" in line and line.endswith("--check-only")
+    assert run_replay(cli, line) == run.EXIT_FAILED
+    assert cli.record("hangs")["detail"] == detail
 
 
 def test_a_solution_may_be_named_by_its_stem() -> None:
@@ -184,16 +209,26 @@ def test_a_solution_may_be_named_by_its_stem() -> None:
         given_solutions([Path("nope.py")], ProblemSource("toy", TOY / "reference.py"))
 
 
-def test_the_run_line_names_the_run_and_a_compare_command_that_works(tmp_path: Path) -> None:
-    assert comparison.run_line(tmp_path, "20261130-000000-aaaaaa") == (
+def test_the_run_line_names_the_run_and_a_compare_command_that_runs_as_printed(
+    tmp_path: Path,
+) -> None:
+    folder = tmp_path / "a folder"  # a space: the printed command must quote it
+    assert comparison.run_line(folder, "20261130-000000-aaaaaa") == (
         "run 20261130-000000-aaaaaa: nothing recorded"
     )
-    older, newer = "20261129-100000-0ld0ld", "20261130-100000-4e54e5"
-    run_log.append(tmp_path, record("p", "a", run_id=older))
-    run_log.append(tmp_path, record("q", "b", run_id="20261129-200000-07he45"))  # not ours
-    run_log.append(tmp_path, record("p", "a", run_id=newer))
-    line = comparison.run_line(tmp_path, newer)
-    assert line.startswith(f"run {newer}: results in {tmp_path}/ (compare with: python run.py ")
-    words = line.rstrip(")").split("--compare ")[1].split()
-    assert words == [f"{tmp_path}@{older}", f"{tmp_path}@{newer}"]
-    assert run.main(["--compare", *words]) == run.EXIT_OK
+    older, newer, checked = "20261129-100000-0ld0ld", "20261130-100000-4e54e5", "20261130-2"
+    timed = [bench(10.0, 20.0)]
+    run_log.append(folder, record("p", "a", timed, run_id=older))
+    line = comparison.run_line(folder, older)  # the first run: nothing to compare with yet
+    assert (
+        line == f"run {older}: results in {folder}/ (the first timed run of these solutions here)"
+    )
+    run_log.append(folder, record("q", "b", timed, run_id="20261129-200000-07he45"))  # not ours
+    run_log.append(folder, record("p", "a", timed, run_id=newer))
+    run_log.append(folder, record("p", "a", run_id=checked))  # a check-only replay: no rows
+    assert comparison.run_line(folder, checked).endswith("(checked only, no timings to compare)")
+    line = comparison.run_line(folder, newer)
+    assert line.startswith(f"run {newer}: results in {folder}/ (compare with: python run.py ")
+    command = shlex.split(line.rstrip(")").split("(compare with: ")[1])
+    assert command[3:] == [f"{folder}@{older}", f"{folder}@{newer}"]
+    assert run.main(command[2:]) == run.EXIT_OK

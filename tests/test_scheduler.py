@@ -88,6 +88,11 @@ class FakePool:
     def judged(self) -> list[str]:
         return [stem for slot in self.slots for stem in slot.judged]
 
+    build_jobs = 2
+
+    def close(self) -> None:
+        pass
+
 
 def session_on(tmp_path: Path, device: str = "cuda:0", **checking: Any) -> Session:
     places = Places(tmp_path / "results", tmp_path / "builds", tmp_path / "logs")
@@ -183,3 +188,29 @@ def test_settings_that_differ_by_design_do_not_block_a_resume(tmp_path: Path) ->
     assert resume.comparable(moved) == resume.comparable(base)
     stricter = dataclasses.replace(base, checking=dataclasses.replace(base.checking, trials=9))
     assert resume.comparable(stricter) != resume.comparable(base)
+
+
+def test_build_only_builds_every_solution_at_once_and_judges_and_records_nothing(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from harness.run.driving import build_work
+
+    built = {"builds": [{"name": "ext", "cached": False}]}
+    builds = {
+        "good": {**verdict(status.OK), **built},
+        "raises": verdict(status.COMPILE_ERROR, "main.cu:3: error: boom"),
+        "wrong_scale": {**verdict(status.NO_GPU, "not run: no CUDA device"), **built},
+        "returns_list": {**verdict(status.NO_GPU, "CUDA, not compiled"), "builds": []},
+    }
+    pool = FakePool(builds=builds, delays={"good": 0.2})
+    places = Places(tmp_path / "results", tmp_path / "builds", tmp_path / "logs")
+    settings = Settings(device="cuda:0", places=places, audit=False)
+    session = Session(settings, recording=False, described=MACHINE)
+    assert build_work(session, toy_work(*NAMES), pool) == 1  # two did not build
+    assert sorted(pool.started) == sorted(NAMES) and pool.judged() == []
+    assert not (tmp_path / "results").exists()
+    out = capsys.readouterr().out
+    assert "toy/good: built (ext)" in out and "toy/wrong_scale: built (ext)" in out
+    assert "toy/raises: compile_error: main.cu:3: error: boom" in out
+    assert "toy/returns_list: no_gpu: CUDA, not compiled" in out
+    assert "build only: 2 of 4 built in " in out

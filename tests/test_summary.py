@@ -1,5 +1,6 @@
 """The summary across problems: scores, best per problem, fast_p, rendered from the log alone."""
 
+import dataclasses
 import math
 from pathlib import Path
 
@@ -45,6 +46,19 @@ def test_the_latest_record_of_each_solution_decides() -> None:
     new = record("p", "a", status="incorrect", when="2026-11-29T10:00:00+00:00")
     row = rows_by_name([old, new])[("p", "a")]
     assert row["status"] == "incorrect" and row["score"] is None and row["shapes"] == 0
+
+
+def test_a_check_only_run_or_replay_that_passed_never_hides_the_timed_row() -> None:
+    timed = record("p", "a", [bench(10.0, 20.0)], when="2026-11-28T10:00:00+00:00")
+    checked = record("p", "a", when="2026-11-29T10:00:00+00:00")  # ok, nothing timed
+    row = rows_by_name([timed, checked])[("p", "a")]
+    assert row["status"] == "ok" and row["score"] == pytest.approx(2.0) and row["shapes"] == 1
+    # changed sources: the check-only record is the solution's row, untimed as it is
+    changed = dataclasses.replace(checked, solution_hash="1" * 64)
+    assert rows_by_name([timed, changed])[("p", "a")]["score"] is None
+    # a replay that failed is the newest verdict on the same code, and shows
+    failed = dataclasses.replace(checked, status="incorrect")
+    assert rows_by_name([timed, failed])[("p", "a")]["status"] == "incorrect"
 
 
 def crafted() -> list[RunRecord]:

@@ -229,6 +229,7 @@ def test_sampling_starts_from_a_timer_that_has_forgotten_earlier_calls() -> None
     assert timer.resets == 2
 
 
+@pytest.mark.alone
 @pytest.mark.gpu
 def test_cuda_timer_probes_whether_a_call_waits_for_the_device() -> None:
     device = torch.device("cuda")
@@ -243,6 +244,7 @@ def test_cuda_timer_probes_whether_a_call_waits_for_the_device() -> None:
     assert sampled.measurements["waits"].median_us < 1000
 
 
+@pytest.mark.alone
 @pytest.mark.gpu
 def test_work_that_a_waiting_call_leaves_on_the_stream_is_timed_too() -> None:
     device = torch.device("cuda")
@@ -260,6 +262,7 @@ def test_work_that_a_waiting_call_leaves_on_the_stream_is_timed_too() -> None:
     assert sampled.measurements["leaves"].median_us > 1800
 
 
+@pytest.mark.alone
 @pytest.mark.gpu
 def test_cuda_timer_sees_device_time_above_the_floor() -> None:
     device = torch.device("cuda")

@@ -40,6 +40,7 @@ import os
 import re
 import sys
 import tempfile
+import warnings
 from collections import Counter
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -53,9 +54,13 @@ from harness.measure import anticheat
 
 PYTORCH_KERNELS = ("at::", "c10::")
 RUNTIME_EVENTS = ("Memcpy", "Memset")  # the profiler's names for the CUDA runtime's copies
-# What torch's profiler library (kineto) logs once per process, when it finishes its first trace,
-# on a machine with no NVIDIA driver (code 35), whatever the activities asked for: not a fault.
-KNOWN_NOISE = "gpuGetDeviceCount failed with code"
+# What torch's profiler library (kineto) writes to stderr and is no fault: once per process, at
+# its first trace on a machine with no NVIDIA driver (code 35); and, in torch 2.14, a line at the
+# start and the end of every trace.
+KNOWN_NOISE = ("gpuGetDeviceCount failed with code", "SyncActivityProfilerHandler.cpp")
+# What torch's profiler warns (torch 2.11) when one process traces twice: true, and meant for
+# one profiler object traced in cycles; each call here makes its own.
+CYCLE_WARNING = "Warning: Profiler clears events at the end of each cycle"
 FIG_LEAF_SHARE = 0.5  # a solution re-running the reference whole must do this much itself
 SOURCE_SUFFIXES = (".py", ".cu", ".cuh", ".cpp", ".cc", ".h", ".hpp")
 # Top-level operators that move or describe data rather than compute the problem's function.
@@ -145,10 +150,12 @@ def profile(call: Callable[[], Any], device: torch.device) -> Profile:
     activities = [ProfilerActivity.CPU]
     if device.type == "cuda":
         activities.append(ProfilerActivity.CUDA)
-    with torch_profile(activities=activities) as recorded, torch.no_grad():
-        call()
-        if device.type == "cuda":
-            torch.cuda.synchronize(device)
+    with _without_known_noise(), warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message=CYCLE_WARNING, category=UserWarning)
+        with torch_profile(activities=activities) as recorded, torch.no_grad():
+            call()
+            if device.type == "cuda":
+                torch.cuda.synchronize(device)
     ops, kernels = set(), []
     for event in recorded.events():
         if event.device_type == torch.autograd.DeviceType.CUDA:
@@ -161,9 +168,8 @@ def profile(call: Callable[[], Any], device: torch.device) -> Profile:
 def warm_up(device: torch.device) -> None:
     """Profile nothing once: the profiler's first use rebinds some of torch's names, and must
     come before the integrity snapshot. What the profiler's library writes meanwhile passes
-    on to stderr but KNOWN_NOISE, which it writes here, at its first trace, or never."""
-    with _without_known_noise():
-        profile(lambda: None, device)
+    on to stderr but KNOWN_NOISE (as in every trace)."""
+    profile(lambda: None, device)
 
 
 @contextmanager
@@ -182,7 +188,8 @@ def _without_known_noise() -> Iterator[None]:
             os.close(saved)
             held.seek(0)
             lines = held.read().splitlines(keepends=True)
-            os.write(2, b"".join(ln for ln in lines if KNOWN_NOISE.encode() not in ln))
+            noise = [known.encode() for known in KNOWN_NOISE]
+            os.write(2, b"".join(ln for ln in lines if not any(n in ln for n in noise)))
 
 
 def device_us(event: Any) -> float | None:

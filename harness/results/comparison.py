@@ -17,6 +17,7 @@ side's load, where its records hold it (harness.results.load), is shown beside.
 
 from __future__ import annotations
 
+import shlex
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -94,21 +95,27 @@ def _choices(all_records: list[RunRecord]) -> str:
 
 
 def run_line(folder: Path, run_id: str) -> str:
-    """The line that ends a run: its id, where its results are, and the --compare command
-    that sets it beside the newest earlier run of one of its solutions, where there is one."""
+    """The line that ends a run: its id, where its results are, and the --compare command that
+    sets its timed rows beside the newest earlier timed run of one of its solutions, where
+    there is one (a check-only run or replay has no rows to compare). The command runs as
+    printed: no placeholder, and each folder quoted for the shell where it needs to be."""
     all_records = record.read(folder) if (folder / record.LOG_NAME).exists() else []
     ours = {(r.problem, r.solution_path) for r in all_records if r.run_id == run_id}
     if not ours:
         return f"run {run_id}: nothing recorded"
-    earlier = [
-        r.run_id for r in all_records if r.run_id != run_id and (r.problem, r.solution_path) in ours
-    ]
     shown = typed(folder)
-    old = f"{shown}@{earlier[-1] if earlier else '<earlier run id>'}"
-    return (
-        f"run {run_id}: results in {shown}/ (compare with: python run.py --compare {old} "
-        f"{shown}@{run_id})"
-    )
+    where = f"run {run_id}: results in {shown}/"
+    if not any(r.benchmarks for r in all_records if r.run_id == run_id):
+        return f"{where} (checked only, no timings to compare)"
+    earlier = [
+        r.run_id
+        for r in all_records
+        if r.run_id != run_id and r.benchmarks and (r.problem, r.solution_path) in ours
+    ]
+    if not earlier:
+        return f"{where} (the first timed run of these solutions here)"
+    old, new = (shlex.quote(f"{shown}@{run}") for run in (earlier[-1], run_id))
+    return f"{where} (compare with: python run.py --compare {old} {new})"
 
 
 def verdict(ratio: stats.Interval, threshold: float = THRESHOLD) -> str:

@@ -2,12 +2,13 @@
 path of the full table (harness.results.report writes that one, 200 and more columns wide).
 
 One line per (solution, shape) of this run's records: status, time, eager's time and the
-speedup with its interval; a failed solution's line carries the start of its detail instead,
-and a shape with flags says how many (the full table names them).
+speedup with its interval, and its notes: a failed solution's detail, a shape's flags. A note
+too long for the line is given in full below the table, as a numbered footnote: nothing is cut.
 """
 
 from __future__ import annotations
 
+import textwrap
 from pathlib import Path
 
 from tabulate import tabulate
@@ -32,9 +33,13 @@ def compact(problem: str, records: list[RunRecord], table: Path | None) -> str:
     )
     widest = max(len(row) for row in without_notes.splitlines())
     room = max(WIDTH - widest - 2, len(HEADERS[-1]))
+    footnotes: list[str] = []
     for line in lines:
-        line[-1] = line[-1] if len(line[-1]) <= room else line[-1][: room - 3].rstrip() + "..."
+        if len(line[-1]) > room:
+            footnotes.append(f"[{len(footnotes) + 1}] {line[-1]}")
+            line[-1] = f"[{len(footnotes)}]"
     fitted = tabulate(lines, headers=HEADERS, tablefmt="simple", disable_numparse=True).splitlines()
+    fitted += [textwrap.fill(note, WIDTH, subsequent_indent="    ") for note in footnotes]
     where = f"\nfull table: {table}" if table else ""
     return f"{problem}:\n" + "\n".join(fitted) + where
 
@@ -48,8 +53,7 @@ def _lines(record: RunRecord) -> list[list[str]]:
 
 def _timed(record: RunRecord, bench: BenchRow) -> list[str]:
     columns = report._timing_columns(bench, None)  # the full table's own cells, fewer of them
-    flags = columns["flags"].count("; ") + 1 if columns["flags"] else 0
-    note = f"{flags} flag{'s' * (flags > 1)}" if flags else ""  # named in the full table
+    note = columns["flags"] or ""
     return [
         record.solution,
         report.bench_label(bench),

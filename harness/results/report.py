@@ -54,12 +54,27 @@ CSV_COLUMNS = [
 
 
 def latest_per_solution(all_records: list[RunRecord], problem: str) -> list[RunRecord]:
-    """The newest record of each solution (keyed by path) of `problem`, sorted by name."""
+    """The newest record of each solution (keyed by path) of `problem`, sorted by name. A run
+    that passed without timing (--check-only, a replay) never hides the timed record of the
+    same solution and reference before it: that record stays the solution's row."""
     latest: dict[str, RunRecord] = {}
     for record in all_records:
-        if record.problem == problem:
-            latest[record.solution_path] = record
+        if record.problem != problem:
+            continue
+        kept = latest.get(record.solution_path)
+        if kept is not None and kept.benchmarks and _passed_untimed(record, kept):
+            continue
+        latest[record.solution_path] = record
     return sorted(latest.values(), key=lambda r: r.solution)
+
+
+def _passed_untimed(record: RunRecord, timed: RunRecord) -> bool:
+    """Whether `record` passed without timing the code `timed` timed (same sources)."""
+    same = (record.solution_hash, record.reference_hash) == (
+        timed.solution_hash,
+        timed.reference_hash,
+    )
+    return record.status == status.OK and not record.benchmarks and same
 
 
 def newest(records: list[RunRecord]) -> RunRecord | None:

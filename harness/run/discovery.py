@@ -50,6 +50,11 @@ def list_problems(problems_dir: Path) -> list[str]:
     )
 
 
+def natural_key(name: str) -> list[int | str]:
+    """Sort key that orders numbers by value: KernelBench's 2_... before 19_... before 100_...."""
+    return [int(part) if part.isdigit() else part for part in re.split(r"(\d+)", name)]
+
+
 def find_solutions(folder: Path) -> list[Path]:
     """The solution files in `folder`, sorted by name (helpers named `_*.py` are skipped)."""
     if not folder.is_dir():
@@ -181,14 +186,17 @@ def sweep_sources(problems_dir: Path, solutions_dir: Path) -> list[ProblemSource
     if not solutions_dir.is_dir():
         raise UserError(f"--solutions {solutions_dir}: no such folder")
     entries = sorted(
-        p
-        for p in problems_dir.iterdir()
-        if not p.name.startswith(("_", "."))
-        and (
-            (p.is_file() and p.suffix == ".py")
-            or (p / REFERENCE_FILE).is_file()
-            or (p / GPUCODEFORCES_REFERENCE).is_file()
-        )
+        (
+            p
+            for p in problems_dir.iterdir()
+            if not p.name.startswith(("_", "."))
+            and (
+                (p.is_file() and p.suffix == ".py")
+                or (p / REFERENCE_FILE).is_file()
+                or (p / GPUCODEFORCES_REFERENCE).is_file()
+            )
+        ),
+        key=lambda p: natural_key(p.name),
     )
     level = KERNELBENCH_LEVEL.fullmatch(problems_dir.name)
     samples = _kernelbench_samples(solutions_dir, level.group(1) if level else None)

@@ -68,6 +68,12 @@ def add_flags(parser: argparse.ArgumentParser) -> None:
         "reference, toolchain and settings (an interrupted sweep goes on where it stopped)",
     )
     group.add_argument(
+        "--build-only",
+        action="store_true",
+        help="build the selected solutions (as many at once as --build-jobs) into the build "
+        "cache, then stop: nothing is checked, timed or recorded",
+    )
+    group.add_argument(
         "--ray",
         metavar="auto|ADDRESS",
         help="run on a Ray cluster (pip install -r requirements-ray.txt): builds as CPU tasks, "
@@ -117,19 +123,54 @@ def run_all(args: argparse.Namespace, resolve: Any) -> int:
     from harness.run.session import Session
 
     work = chosen_problems(args)
+    recording = args.recording and not args.build_only
     jobs = local.build_jobs(args.build_jobs)
     if args.ray:
         from harness.run import raypool
 
         pool: Any = raypool.connect(args.ray, args.build_jobs)  # None: as the cluster's CPUs allow
         settings = resolve(args, pool.device, pool.capability)
-        session = Session(settings, recording=args.recording, described=pool.described())
+        session = Session(settings, recording=recording, described=pool.described())
     else:
         settings = resolve(args, None, None)
         pool = local.LocalPool(local.gpu_devices(args.gpus, settings.device), jobs)
-        session = Session(settings, recording=args.recording)
+        session = Session(settings, recording=recording)
+    if args.build_only:
+        return build_work(session, work, pool)
     sweep = bool(args.problems or args.ray or len(pool.slots) > 1)
     return run_work(session, work, pool, sweep=sweep, again=args.resume)
+
+
+def build_work(session: Session, work: Work, pool: Any) -> int:
+    """--build-only: build every solution of `work` with `pool`, print one line each (built,
+    or loaded from the cache, or why not), and return the exit status: failed if any did not
+    build."""
+    from harness.run.reporting import Report
+    from harness.run.scheduler import Scheduler
+
+    started = time.monotonic()
+    jobs = getattr(pool, "build_jobs", None)
+    at_once = (
+        f"{jobs} at once" if isinstance(jobs, int) else "as many at once as the cluster allows"
+    )
+    print(f"build only: {sum(len(s) for _, s in work)} solution(s), {at_once}")
+    try:
+        built = Scheduler(session, pool, Report.serial(session.progress)).build(work)
+    finally:
+        pool.close()
+    failed = 0
+    for unit, result in built:
+        builds = result.get("builds") or []
+        # a CUDA solution built on a machine without a GPU (--compile-cuda) is built too
+        if result.get("status") == "ok" or (result.get("status") == "no_gpu" and builds):
+            done = ", ".join(b["name"] + (" cached" if b.get("cached") else "") for b in builds)
+            print(f"{unit.label}: built ({done or 'no extension'})")
+        else:
+            failed += 1
+            print(f"{unit.label}: {result.get('status')}: {result.get('detail', '')}")
+    seconds = time.monotonic() - started
+    print(f"build only: {len(built) - failed} of {len(built)} built in {seconds:.0f} s")
+    return EXIT_FAILED if failed else EXIT_OK
 
 
 def run_work(
@@ -191,12 +232,15 @@ def sweep_summary(records: list[RunRecord], run_id: str, seconds: float) -> str:
     verdicts = ", ".join(f"{n} {s}" for s, n in Counter(r.status for r in records).most_common())
     fast = ", ".join(f"fast_{p:g} {summary.fast_p(best, p):.0%}" for p in (0.0, *summary.FAST_P))
     untimed = any(r.status == "ok" for r in records)  # ok without a score: --check-only
-    mean = f"{geomean:.2f}x" if geomean else ("none timed" if untimed else "none correct")
     now = [r for r in records if r.run_id == run_id]
     problems = {r.problem for r in records}
+    if geomean:
+        best_line = f"geomean {geomean:.2f}x over {len(scores)} problem(s); {fast}"
+    else:  # nothing timed: no geomean, and fast_p would only say 0%
+        best_line = "none timed (checked only)" if untimed else "none correct"
     lines = [
         f"sweep: {len(records)} solution(s) of {len(problems)} problem(s): {verdicts or 'none'}",
-        f"  best per problem: geomean {mean} over {len(scores)} problem(s); {fast}",
+        f"  best per problem: {best_line}",
     ]
     if len(now) < len(records):
         lines.append(f"  {len(records) - len(now)} solution(s) recorded earlier (--resume)")

@@ -184,7 +184,9 @@ def _watch(
             if phase == "start":  # the solution was not even imported: no verdict on it
                 return worker.harness_failure(f"the worker did not start within {limit:g} s")
             step = "build" if build_start is not None else phase
-            detail = f"{step} step ran past its {limit:g} s limit"
+            where = f" in case {case!r}" if case is not None and step == "check" else ""
+            flag = "--build-timeout" if building else "--timeout"
+            detail = f"{step} step ran past its {limit:g} s limit{where} ({flag} SECONDS sets it)"
             return {**failure(status.TIMEOUT, detail), **at()}
         on_event(
             {
@@ -192,6 +194,8 @@ def _watch(
                 "phase": phase,
                 "building": build_start is not None,
                 "elapsed": elapsed,
+                "limit": limit,
+                "case": case,
             }
         )
 

@@ -29,13 +29,16 @@ def forget_solution(results_dir: Path, problem_arg: str, solution: str) -> None:
         try:
             if not record.forget(folder, problem, solution):
                 continue
+            before = _tables(folder, problem)
             written = [*rendering.render_problem(folder, problem), rendering.render_summary(folder)]
         except OSError as err:
             raise UserError(
                 f"--forget: cannot write {folder} ({err.strerror or err}); fix its permissions"
             ) from err
         dropped = True
-        print(f"forgot {solution} of {problem} in {folder}; rewrote: {_names(written)}")
+        removed = [path for path in before if not path.exists()]
+        done = f"rewrote: {_names(written)}" + (f"; removed: {_names(removed)}" if removed else "")
+        print(f"forgot {solution} of {problem} in {folder}; {done}")
     if not dropped:
         shown = {r.solution for f in folders for r in record.read(f) if r.problem == problem}
         raise UserError(
@@ -43,6 +46,11 @@ def forget_solution(results_dir: Path, problem_arg: str, solution: str) -> None:
             f"(recorded there: {', '.join(sorted(shown)) or 'none'}); check the names, or "
             "pass --results-dir"
         )
+
+
+def _tables(folder: Path, problem: str) -> list[Path]:
+    """The problem's table, CSV and chart as they are in `folder` now."""
+    return [p for p in (folder / f"{problem}{s}" for s in (".md", ".csv", ".svg")) if p.exists()]
 
 
 def _names(paths: list[Path]) -> str:

@@ -15,6 +15,7 @@ from typing import Any, TextIO
 from tqdm import tqdm
 
 QUIET_S = 30.0  # without a terminal, how often a long step says it is still going
+HINT_S = 20.0  # a step running this long says what stops it and which flag sets that
 REDRAW_S = 1.0
 
 PHASE_WORDS = {
@@ -35,6 +36,7 @@ class Progress:
         self.last_shown = 0.0
         self.bar: tqdm | None = None
         self.lock = threading.RLock()  # the pool's build lines come from other threads
+        self.built_here: set[str] = set()  # extensions this run's build job just built
 
     def start(self, index: int, total: int, label: str) -> None:
         self.prefix = f"[{index}/{total}] {label}" if total else label
@@ -50,15 +52,17 @@ class Progress:
         elif kind == "progress":
             self._count(event["done"], event["total"])
         elif kind == "build_start":
-            self._show(_building(event), 0.0, force=True)
+            self._show(_building(event, event.get("name") in self.built_here), 0.0, force=True)
         elif kind == "build_end":
             name = event.get("name")
-            if event.get("cached"):  # nothing was compiled: claim no build
+            if name in self.built_here and event.get("cached"):
+                pass  # built by this run a line above, and now only loaded: nothing new to say
+            elif event.get("cached"):  # nothing was compiled: claim no build
                 self._line(f"{self.prefix}: loaded {name} from the build cache")
             else:
                 self._line(f"{self.prefix}: built {name} in {event['seconds']:.1f} s")
         elif kind == "tick" and self.bar is None:
-            self._show(self.doing, event["elapsed"])
+            self._show(self.doing, event["elapsed"], *_waiting(event))
 
     def finish(self, summary: str) -> None:
         self._close_bar()
@@ -85,18 +89,22 @@ class Progress:
     def note(self, text: str) -> None:
         self._line(text)
 
-    def _show(self, doing: str, elapsed: float, force: bool = False) -> None:
+    def _show(
+        self, doing: str, elapsed: float, case: str = "", hint: str = "", force: bool = False
+    ) -> None:
         with self.lock:
-            self._redraw(doing, elapsed, force)
+            self._redraw(doing, elapsed, case, hint, force)
 
-    def _redraw(self, doing: str, elapsed: float, force: bool) -> None:
+    def _redraw(self, doing: str, elapsed: float, case: str, hint: str, force: bool) -> None:
         now = time.monotonic()
         interval = REDRAW_S if self.live else QUIET_S
         if not force and now - self.last_shown < interval:
             return
         count = f" {self.count}" if self.count and doing == self.doing else ""
         self.doing, self.last_shown = doing, now
-        text = f"{self.prefix}: {doing}{count}" + (f" ... {elapsed:.0f} s" if elapsed >= 1 else "")
+        text = f"{self.prefix}: {doing}{count}{case}"
+        text += f" ... {elapsed:.0f} s" if elapsed >= 1 else ""
+        text += f" {hint}" if hint and elapsed >= HINT_S else ""  # a hang? say what ends it
         if self.live:
             self.stream.write(f"\r\x1b[2K{text}")
             self.stream.flush()
@@ -111,10 +119,23 @@ class Progress:
             self.stream.flush()
 
 
-def _building(event: dict[str, Any]) -> str:
+def _waiting(event: dict[str, Any]) -> tuple[str, str]:
+    """What a tick adds to its step's line: ', case NAME' while a check is on a case, and what
+    stops the step and which flag sets that ('' for each where it does not apply)."""
+    case = event.get("case")
+    on_case = f", case {case!r}" if case is not None and event.get("phase") == "check" else ""
+    limit = event.get("limit")
+    flag = "--build-timeout" if event.get("building") else "--timeout"
+    hint = f"(stopped at {limit:g} s; {flag} SECONDS sets that)" if limit else ""
+    return on_case, hint
+
+
+def _building(event: dict[str, Any], built_here: bool = False) -> str:
     """What a build that starts is doing: loading from the cache where its module was found
     there (the end says whether it was), else building."""
     language = "CUDA" if event.get("cuda") else "C++"
+    if event.get("found") and built_here:
+        return f"loading {language} extension {event.get('name')} (built above)"
     if event.get("found"):
         return f"loading {language} extension {event.get('name')} from the build cache"
     return f"building {language} extension {event.get('name')}"

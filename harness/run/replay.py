@@ -17,9 +17,12 @@ from harness.record import RunRecord
 from harness.run.discovery import GPUCODEFORCES_REFERENCE, REFERENCE_FILE, ProblemSource
 from harness.settings import REPO, changed_flags, typed
 
-REPLAYED = frozenset({status.INCORRECT, status.REJECTED, status.CRASHED, status.RUNTIME_ERROR})
+REPLAYED = frozenset(
+    {status.INCORRECT, status.REJECTED, status.CRASHED, status.RUNTIME_ERROR, status.TIMEOUT}
+)
 PROBLEMS_DIR = REPO / "problems"  # where run.py looks a problem's name up
 DEFAULT_DEVICE = "cuda:0"  # what run.py picks on a machine with a GPU
+STEPS = ("check", "time")  # the steps a timeout is replayed from
 # Options written out always, or by the replay itself, or that cannot change a verdict.
 NOT_COPIED = frozenset(
     {"seed", "secret", "trials", "case", "check_only", "device", "arch", "ncu", "compile"}
@@ -28,12 +31,18 @@ NOT_COPIED = frozenset(
 
 
 def command(
-    ran: RunRecord, source: ProblemSource, solution: Path, phase: str | None, case: str | None
+    ran: RunRecord,
+    source: ProblemSource,
+    solution: Path,
+    phase: str | None,
+    case: str | None,
+    recording: bool = True,
 ) -> str | None:
     """The command line that replays `ran`, or None when its status is not a failure to replay.
-    `phase` and `case` say where the worker was when it failed (harness.run.isolate)."""
-    if ran.status not in REPLAYED:
-        return None
+    `phase` and `case` say where the worker was when it failed (harness.run.isolate); a run
+    that recorded nothing (--no-record) is replayed without recording too."""
+    if ran.status not in REPLAYED or (ran.status == status.TIMEOUT and phase not in STEPS):
+        return None  # not a failure, or a build that ran too long: nothing of the run to replay
     settings = ran.settings
     checking = settings.checking
     timed = phase == "time"
@@ -47,6 +56,7 @@ def command(
         words += ["--device", settings.device]
     words += changed_flags(settings, NOT_COPIED if timed else NOT_COPIED | {"timing"})
     words += [] if timed else ["--check-only"]
+    words += [] if recording else ["--no-record"]
     return shlex.join(words)
 
 

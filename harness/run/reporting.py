@@ -85,6 +85,8 @@ class SerialReport(Report):
 
     def judging(self, unit: Unit, slot: str) -> OnEvent:
         self.progress.start(unit.index, unit.total, unit.label)
+        built = (unit.built or {}).get("builds") or ()
+        self.progress.built_here = {b["name"] for b in built if not b.get("cached")}
         return self.progress.event
 
     def judged(self, unit: Unit, ran: RunRecord, again: str) -> None:

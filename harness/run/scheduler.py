@@ -132,6 +132,25 @@ class Scheduler:
             self._close()
         return self._outcome(work, skipped)
 
+    def build(self, work: Work) -> list[tuple[Unit, dict[str, Any]]]:
+        """--build-only: every solution's build job, as many at once as the pool allows, and
+        nothing else (no judge, no record); each unit with its build's result."""
+        builds: list[Future[dict[str, Any]]] = []
+        for source, solutions in work:
+            for index, solution in enumerate(solutions, start=1):
+                job = self.session.unit_job(
+                    source, solution, index, toolchain.source_hash(solution)
+                )
+                unit = Unit(source, solution, index, len(solutions), job)
+                self.units.append(unit)
+                builds += self._start(unit)
+        self.report.begin(len(self.units), 0)
+        try:
+            self._wait(lambda: all(f.done() for f in builds))
+        finally:
+            self._close()
+        return [(u, u.built or u.result or {}) for u in self.units]
+
     def _start(self, unit: Unit) -> list[Future[dict[str, Any]]]:
         """Queue `unit`'s build, or the unit itself where it needs no worker."""
         self.left[unit.source.name] = self.left.get(unit.source.name, 0) + 1

@@ -5,6 +5,7 @@ from __future__ import annotations
 import datetime
 import os
 import secrets
+import shlex
 from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
@@ -42,6 +43,7 @@ class Session:
 
         self.settings = settings
         self.progress = progress or Progress()
+        self.told_default_shapes = False  # the audit's note on problems without CASES
         self.device = torch.device(settings.device)
         self.machine = described or machine.describe(self.device, REPO)
         stamp = datetime.datetime.now(datetime.timezone.utc).strftime("%Y%m%d-%H%M%S")
@@ -140,14 +142,31 @@ class Session:
             return
         findings = audit.audit_problem(problem, self.device, self.settings.checking.tolerance)
         for finding in findings:
-            if finding.level == audit.WARN:
-                self.progress.note(f"{source.name}: audit warning: {finding.message}")
+            if finding.level != audit.WARN:
+                continue
+            if finding.check == "one_shape" and len(problem.cases) == 1:  # it declares no CASES
+                self._note_default_shapes_only()
+                continue
+            self.progress.note(f"{source.name}: audit warning: {finding.message}")
         rejects = [f for f in findings if f.level == audit.REJECT]
         if rejects:
+            audit_it = shlex.join(
+                ["python", "run.py", "--audit", "--problem", replay.problem_arg(source)]
+            )
             raise UserError(
                 f"problem {source.name!r} fails its audit ({rejects[0].check}): "
-                f"{rejects[0].message} (all findings: run.py --audit --problem {source.name}; "
-                "--no-audit runs it anyway)"
+                f"{rejects[0].message} (all findings: {audit_it}; --no-audit runs it anyway)"
+            )
+
+    def _note_default_shapes_only(self) -> None:
+        """Said once a run, not per problem: a problem file without CASES (KernelBench's are
+        such) has nothing its user can act on but that."""
+        if not self.told_default_shapes:
+            self.told_default_shapes = True
+            self.progress.note(
+                "audit note: a problem that declares no CASES (KernelBench's files) is checked "
+                "on its default input shapes only, so a solution hard-coded to them would pass; "
+                "add CASES to a problem file to check other sizes (said once a run)"
             )
 
     def unit_job(self, source: ProblemSource, solution: Path, index: int, content: str) -> Job:
@@ -212,7 +231,8 @@ class Session:
         self, ran: RunRecord, source: ProblemSource, solution: Path, result: dict[str, Any]
     ) -> str:
         """The replay command for a failed solution, or ''."""
-        return replay.command(ran, source, solution, result.get("phase"), result.get("case")) or ""
+        phase, case = result.get("phase"), result.get("case")
+        return replay.command(ran, source, solution, phase, case, self.recording) or ""
 
     def _witness(
         self, job: Job, device: str, rows: list[BenchRow]

@@ -1,0 +1,59 @@
+#!/usr/bin/env bash
+# Every test that needs a GPU, in one command (README, "Development"), on a GPU machine:
+#   bash scripts/gpu_tests.sh [PYTEST ARGS...]
+# 1. The extensions the tests build are built first, in parallel, with the harness's own build
+#    pool (run.py --build-only, into run.py's build cache, which the tests share): every shipped
+#    solution, and the toy problem's CUDA and C++ fixtures.
+# 2. The GPU tests that neither time nor take the whole device run JOBS at a time
+#    (pytest-xdist; tests sharing a module fixture stay in one worker).
+# 3. The tests marked `alone` (they time, or fill the device) run one at a time, with nothing
+#    beside them.
+# The last line counts the tests that ran, passed, failed and were skipped, over both parts.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+python=${PYTHON:-python3}
+jobs=${JOBS:-8}
+cores=$(nproc)
+out=$(mktemp -d)
+
+toy_builds=()
+for file in tests/fixtures/toy_solutions/*.py tests/fixtures/cheats/*.py; do
+  grep -q "cpp_extension" "$file" && toy_builds+=(--solution "$file")
+done
+$python run.py --all --build-only --build-jobs $((cores * 3 / 4)) &
+$python run.py --problem tests/fixtures/toy "${toy_builds[@]}" --build-only \
+  --build-jobs $((cores / 4 > 0 ? cores / 4 : 1)) &
+wait  # a build that fails here (the compile-error fixture) is the tests' to judge
+echo "gpu tests: builds done at ${SECONDS} s"
+
+if $python -c "import xdist" 2>/dev/null; then
+  parallel=(-n "$jobs" --dist loadgroup)
+else
+  echo "gpu tests: pytest-xdist is not installed, so part 2 runs one test at a time"
+  parallel=()
+fi
+$python -m pytest -m "gpu and not alone" "${parallel[@]}" -q -rs --junitxml "$out/part2.xml" "$@"
+part2=$?
+echo "gpu tests: part 2 (in parallel) done at ${SECONDS} s"
+$python -m pytest -m "gpu and alone" -q -rs --junitxml "$out/part3.xml" "$@"
+part3=$?
+$python - "$out/part2.xml" "$out/part3.xml" "$SECONDS" <<'PY'
+import sys
+import xml.etree.ElementTree as ET
+
+totals = dict.fromkeys(("tests", "failures", "errors", "skipped"), 0)
+for path in sys.argv[1:3]:
+    try:
+        suite = ET.parse(path).getroot().find("testsuite")
+    except (OSError, ET.ParseError):
+        continue
+    for key in totals:
+        totals[key] += int(suite.get(key, 0)) if suite is not None else 0
+failed = totals["failures"] + totals["errors"]
+passed = totals["tests"] - failed - totals["skipped"]
+print(
+    f"gpu tests: {totals['tests']} ran, {passed} passed, {failed} failed, "
+    f"{totals['skipped']} skipped, in {sys.argv[3]} s"
+)
+PY
+exit $((part2 != 0 || part3 != 0))
