@@ -35,6 +35,8 @@ measure/   the worker process, one per solution: builds, checks and times it
 results/   reads recorded files only (no GPU, no worker): what people read
     rendering  re-render a results folder (tables, charts, summary), reading its log once
     report     a problem's tables (markdown and CSV)
+    shown      which record of each solution a table shows (a passing untimed run hides none)
+    console    the compact table a run prints, every note in full
     flagged    a row's flags: what a reader must know before trusting its numbers
     summary    the summary across problems: scores, best per problem, fast_p
     comparison compare two recorded runs, shape by shape: time and speedup ratios, verdicts

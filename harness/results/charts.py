@@ -14,7 +14,7 @@ from typing import Any
 
 from harness import files, status
 from harness.record import RunRecord
-from harness.results import report
+from harness.results import report, shown
 from harness.results.summary import CPU_MARK, ran_on_cpu_beside_gpu
 
 HASH_SALT = "kernel-bench"  # fixes the ids matplotlib puts in the SVG
@@ -95,9 +95,9 @@ def write_chart(folder: Path, problem: str, records: list[RunRecord]) -> Path | 
     None, writing nothing, when matplotlib is missing or no solution of `problem` is ok (then
     a chart drawn before, which would show solutions no longer ok or forgotten, is removed).
     """
-    problem_records = report.latest_per_solution(records, problem)
+    problem_records = shown.latest_per_solution(records, problem)
     bars = chart_bars(problem_records)
-    newest = report.newest(problem_records)
+    newest = shown.newest(problem_records)
     path = folder / f"{problem}.svg"
     if not bars or newest is None:
         path.unlink(missing_ok=True)

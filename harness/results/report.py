@@ -15,7 +15,7 @@ from tabulate import tabulate
 
 from harness import files, status
 from harness.record import LOG_NAME, BenchRow, Ceiling, GpuState, Machine, RunRecord
-from harness.results import flagged, load
+from harness.results import flagged, load, shown
 from harness.settings import KERNELBENCH
 from harness.stats import Interval
 
@@ -51,35 +51,6 @@ CSV_COLUMNS = [
     *load.CSV_COLUMNS,
     *"flags detail warnings log solution_path run_id".split(),  # noqa: SIM905
 ]
-
-
-def latest_per_solution(all_records: list[RunRecord], problem: str) -> list[RunRecord]:
-    """The newest record of each solution (keyed by path) of `problem`, sorted by name. A run
-    that passed without timing (--check-only, a replay) never hides the timed record of the
-    same solution and reference before it: that record stays the solution's row."""
-    latest: dict[str, RunRecord] = {}
-    for record in all_records:
-        if record.problem != problem:
-            continue
-        kept = latest.get(record.solution_path)
-        if kept is not None and kept.benchmarks and _passed_untimed(record, kept):
-            continue
-        latest[record.solution_path] = record
-    return sorted(latest.values(), key=lambda r: r.solution)
-
-
-def _passed_untimed(record: RunRecord, timed: RunRecord) -> bool:
-    """Whether `record` passed without timing the code `timed` timed (same sources)."""
-    same = (record.solution_hash, record.reference_hash) == (
-        timed.solution_hash,
-        timed.reference_hash,
-    )
-    return record.status == status.OK and not record.benchmarks and same
-
-
-def newest(records: list[RunRecord]) -> RunRecord | None:
-    """The record made last, or None when there is none."""
-    return max(records, key=lambda r: r.time, default=None)
 
 
 def table_rows(problem_records: list[RunRecord]) -> list[dict[str, Any]]:
@@ -398,9 +369,9 @@ def write_tables(
     """Re-render `<problem>.md` and `.csv` in `folder` from `records` (its run log, as
     harness.record.read gives it); returns both paths. `chart`, a file name beside them, is
     shown under the table. The caller holds the folder's lock (harness.results.rendering)."""
-    problem_records = latest_per_solution(records, problem)
+    problem_records = shown.latest_per_solution(records, problem)
     rows = table_rows(problem_records)
-    markdown = render_markdown(problem, rows, newest(problem_records), chart)
+    markdown = render_markdown(problem, rows, shown.newest(problem_records), chart)
     frame = pd.DataFrame(rows, columns=CSV_COLUMNS)
     md_path, csv_path = folder / f"{problem}.md", folder / f"{problem}.csv"
     files.write_atomic(md_path, markdown)

@@ -19,7 +19,7 @@ from tabulate import tabulate
 
 from harness import files, status
 from harness.record import LOG_NAME, Machine, RunRecord
-from harness.results import report
+from harness.results import report, shown
 from harness.stats import geomean
 
 SUMMARY_NAME = "summary.md"
@@ -30,7 +30,7 @@ CPU_MARK = " (CPU)"  # appended to a CPU-run solution's name on a GPU machine
 def latest_records(all_records: list[RunRecord]) -> list[RunRecord]:
     """The newest record of each solution of every problem, sorted by problem then solution."""
     problems = sorted({r.problem for r in all_records})
-    return [r for p in problems for r in report.latest_per_solution(all_records, p)]
+    return [r for p in problems for r in shown.latest_per_solution(all_records, p)]
 
 
 def score(record: RunRecord) -> float | None:
@@ -138,7 +138,7 @@ def _header(
     best: dict[str, dict[str, Any] | None],
 ) -> str:
     latest = latest_records(all_records)
-    newest = report.newest(latest)
+    newest = shown.newest(latest)
     machine = newest.machine if newest else Machine()
     where = machine.gpu or f"CPU ({machine.cpu})"
     versions = (("torch", machine.torch), ("cuda", machine.cuda), ("driver", machine.driver))

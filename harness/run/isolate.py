@@ -184,10 +184,7 @@ def _watch(
             if phase == "start":  # the solution was not even imported: no verdict on it
                 return worker.harness_failure(f"the worker did not start within {limit:g} s")
             step = "build" if build_start is not None else phase
-            where = f" in case {case!r}" if case is not None and step == "check" else ""
-            flag = "--build-timeout" if building else "--timeout"
-            detail = f"{step} step ran past its {limit:g} s limit{where} ({flag} SECONDS sets it)"
-            return {**failure(status.TIMEOUT, detail), **at()}
+            return {**_timed_out(step, limit, case, building), **at()}
         on_event(
             {
                 "kind": "tick",
@@ -198,6 +195,14 @@ def _watch(
                 "case": case,
             }
         )
+
+
+def _timed_out(step: str, limit: float, case: str | None, building: bool) -> dict:
+    """The timeout verdict: which step, its limit, the case a check was on, and the flag."""
+    where = f" in case {case!r}" if case is not None and step == "check" else ""
+    flag = "--build-timeout" if building else "--timeout"
+    detail = f"{step} step ran past its {limit:g} s limit{where} ({flag} SECONDS sets it)"
+    return failure(status.TIMEOUT, detail)
 
 
 def _died(process: Any, log: Path, phase: str) -> dict:
