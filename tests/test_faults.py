@@ -31,7 +31,7 @@ from harness.run import driving
 from harness.run.discovery import ProblemSource, resolve_problem
 from harness.run.session import Session
 from harness.settings import Checking, Limits, Places, Settings, StopRule, Timing
-from tests.conftest import BUILDS, FIXTURES, REPO, TOY, CliRun, toy_solution
+from tests.conftest import FIXTURES, REPO, TOY, CliRun, toy_solution
 from tests.fixtures.faults import garbage_output
 
 FAULTS = FIXTURES / "faults"
@@ -262,11 +262,10 @@ def test_a_cpu_runs_logs_hold_no_profiler_noise_and_no_traceback_for_a_verdict(
 @pytest.mark.alone
 @pytest.mark.gpu
 def test_running_out_of_gpu_memory_is_a_runtime_error_and_the_next_solution_runs(
-    tmp_path: Path,
+    cli: CliRun,
 ) -> None:
     # The next solution is a CUDA kernel (a plain-PyTorch one is rejected on a GPU); the build
-    # cache is run.py's default, as in test_gpu.py, so it is built once per machine.
-    cli = CliRun(tmp_path, BUILDS)
+    # cache is run.py's default (the `cli` fixture's), so it is built once per machine.
     solutions = [
         "--solution",
         fault("gpu_out_of_memory"),

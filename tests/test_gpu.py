@@ -1,12 +1,11 @@
 """On a GPU only: CUDA solutions build for the device, run, and fail safely."""
 
 from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
 
 import run
-from tests.conftest import BUILDS, FIXTURES, TOY, CliRun, toy_solution
+from tests.conftest import FIXTURES, TOY, CliRun, toy_solution
 from tests.test_cheats import (
     EXPECTED,
     MEAN,
@@ -20,18 +19,11 @@ from tests.test_cheats import (
 pytestmark = pytest.mark.gpu
 
 
-@pytest.fixture
-def gpu_cli(tmp_path: Path) -> CliRun:
-    # Shares run.py's default build cache, so the shipped solutions built by an earlier
-    # `run.py --all` in the same session are not built again.
-    return CliRun(tmp_path, BUILDS)
-
-
 @pytest.mark.alone
-def test_cuda_solution_is_built_for_the_gpu_checked_and_timed_with_events(gpu_cli) -> None:
+def test_cuda_solution_is_built_for_the_gpu_checked_and_timed_with_events(cli) -> None:
     args = ["--problem", str(TOY), "--solution", toy_solution("cuda_kernel"), "--max-samples", "20"]
-    assert gpu_cli(*args) == run.EXIT_OK
-    record = gpu_cli.record("cuda_kernel")
+    assert cli(*args) == run.EXIT_OK
+    record = cli.record("cuda_kernel")
     assert record["status"] == "ok", record["detail"]
     assert record["settings"]["arch"] == record["machine"]["capability"]
     assert record["builds"][0]["cuda"] is True
@@ -43,17 +35,17 @@ def test_cuda_solution_is_built_for_the_gpu_checked_and_timed_with_events(gpu_cl
     assert record["ceiling"]["copy_gbps"] > 100
 
 
-def test_graph_mode_times_replays_over_rotated_inputs(gpu_cli) -> None:
+def test_graph_mode_times_replays_over_rotated_inputs(cli) -> None:
     args = ["--problem", str(TOY), "--solution", toy_solution("cuda_kernel"), "--graph"]
-    assert gpu_cli(*args, "--max-samples", "20") == run.EXIT_OK
-    record = gpu_cli.record("cuda_kernel")
+    assert cli(*args, "--max-samples", "20") == run.EXIT_OK
+    record = cli.record("cuda_kernel")
     assert record["status"] == "ok", record["detail"]
     for bench in record["benchmarks"]:
         assert bench["mode"] == "cuda_graph", bench.get("note")
         assert bench["solution"]["median_us"] > 0
 
 
-def test_illegal_memory_access_is_a_row_not_a_dead_run(gpu_cli) -> None:
+def test_illegal_memory_access_is_a_row_not_a_dead_run(cli) -> None:
     args = [
         "--problem",
         str(TOY),
@@ -64,16 +56,16 @@ def test_illegal_memory_access_is_a_row_not_a_dead_run(gpu_cli) -> None:
         "--max-samples",
         "5",
     ]
-    assert gpu_cli(*args) == run.EXIT_FAILED
-    bad = gpu_cli.record("cuda_out_of_bounds")
+    assert cli(*args) == run.EXIT_FAILED
+    bad = cli.record("cuda_out_of_bounds")
     assert bad["status"] in ("runtime_error", "crashed")
     assert "illegal memory access" in bad["detail"] or "CUDA" in bad["detail"]
-    assert gpu_cli.record("cuda_kernel")["status"] == "ok"  # the next solution still ran
+    assert cli.record("cuda_kernel")["status"] == "ok"  # the next solution still ran
 
 
-def test_every_shipped_solution_is_correct_on_the_gpu(gpu_cli) -> None:
-    assert gpu_cli("--all", "--max-samples", "20", "--budget-ms", "200") == run.EXIT_OK
-    statuses = {(r["problem"], r["solution"]): r["status"] for r in gpu_cli.records()}
+def test_every_shipped_solution_is_correct_on_the_gpu(cli) -> None:
+    assert cli("--all", "--max-samples", "20", "--budget-ms", "200") == run.EXIT_OK
+    statuses = {(r["problem"], r["solution"]): r["status"] for r in cli.records()}
     assert set(statuses.values()) == {"ok"}, statuses
 
 
@@ -91,10 +83,9 @@ GPU_EXPECTED = {
 
 
 @pytest.fixture(scope="module")
-def gpu_cheats(tmp_path_factory: pytest.TempPathFactory) -> Iterator[CliRun]:
-    cli = CliRun(tmp_path_factory.mktemp("cheats"), BUILDS)
+def gpu_cheats(module_cli: CliRun) -> Iterator[CliRun]:
     try:
-        yield run_cheats(cli, [*GPU_EXPECTED, "replay_by_pointer"])
+        yield run_cheats(module_cli, [*GPU_EXPECTED, "replay_by_pointer"])
     finally:
         for path in PLANTED:
             path.unlink(missing_ok=True)
@@ -121,39 +112,39 @@ def test_the_modules_a_solution_planted_are_gone_on_the_gpu(gpu_cheats: CliRun) 
         assert not path.exists(), path
 
 
-def test_a_subsampled_reduction_is_caught_on_the_gpu(gpu_cli: CliRun) -> None:
+def test_a_subsampled_reduction_is_caught_on_the_gpu(cli: CliRun) -> None:
     args = ["--problem", str(MEAN), "--solution", str(SUBSAMPLE), "--max-samples", "20"]
-    gpu_cli(*args, "--trials", "2")
-    record = gpu_cli.record("subsample_mean")
+    cli(*args, "--trials", "2")
+    record = cli.record("subsample_mean")
     assert record["settings"]["device"] == "cuda:0"
     assert_verdict(record, ("incorrect", None, "case 'spike'"))
 
 
-def test_calling_torch_multilabel_margin_loss_is_rejected(gpu_cli: CliRun) -> None:
+def test_calling_torch_multilabel_margin_loss_is_rejected(cli: CliRun) -> None:
     solution = FIXTURES / "cheats_multilabel" / "calls_torch_loss.py"
     args = ["--problem", "multilabel_margin", "--solution", str(solution), "--max-samples", "5"]
-    assert gpu_cli(*args, "--trials", "1") == run.EXIT_FAILED
-    record = gpu_cli.record("calls_torch_loss")
+    assert cli(*args, "--trials", "1") == run.EXIT_FAILED
+    record = cli.record("calls_torch_loss")
     assert (record["status"], record.get("reason")) == ("rejected", "no_own_kernel")
     assert "multilabel_margin_loss" in record["detail"]
 
 
-def test_an_honest_long_matvec_kernel_is_judged_against_the_exact_answer(gpu_cli: CliRun) -> None:
+def test_an_honest_long_matvec_kernel_is_judged_against_the_exact_answer(cli: CliRun) -> None:
     # Issue 12: on this shape a float32 kernel summing in another order than cuBLAS was
     # `incorrect` against the dtype tolerance (largest error 5.8e-4), cuBLAS erring as much.
     solution = FIXTURES / "long_matvec_solutions" / "cuda_rows.py"
     args = ["--problem", str(FIXTURES / "long_matvec"), "--solution", str(solution)]
-    assert gpu_cli(*args, "--trials", "5", "--max-samples", "20") == run.EXIT_OK
-    record = gpu_cli.record("cuda_rows")
+    assert cli(*args, "--trials", "5", "--max-samples", "20") == run.EXIT_OK
+    record = cli.record("cuda_rows")
     assert record["status"] == "ok", record["detail"]
     assert record["checks"] >= 15
 
 
 @pytest.mark.alone
-def test_ncu_counts_an_honest_kernels_bytes_and_flags_a_sub_batch(gpu_cli: CliRun) -> None:
+def test_ncu_counts_an_honest_kernels_bytes_and_flags_a_sub_batch(cli: CliRun) -> None:
     honest = ["--problem", str(TOY), "--solution", toy_solution("cuda_kernel")]
-    assert gpu_cli(*honest, "--ncu", "--trials", "1", "--max-samples", "20") == run.EXIT_OK
-    record = gpu_cli.record("cuda_kernel")
+    assert cli(*honest, "--ncu", "--trials", "1", "--max-samples", "20") == run.EXIT_OK
+    record = cli.record("cuda_kernel")
     assert record["status"] == "ok", record["detail"]
     for bench in record["benchmarks"]:
         witness = bench["witness"]
@@ -162,23 +153,23 @@ def test_ncu_counts_an_honest_kernels_bytes_and_flags_a_sub_batch(gpu_cli: CliRu
         assert bench["bytes"] <= moved <= 1.5 * bench["bytes"] + 65536, (witness, bench["bytes"])
     cheat = FIXTURES / "cheats_mean" / "first_quarter_cuda.py"
     args = ["--problem", str(FIXTURES / "toy_level"), "--solution", str(cheat), "--ncu"]
-    assert gpu_cli(*args, "--trials", "2", "--max-samples", "20") == run.EXIT_OK
-    record = gpu_cli.record("first_quarter_cuda")
+    assert cli(*args, "--trials", "2", "--max-samples", "20") == run.EXIT_OK
+    record = cli.record("first_quarter_cuda")
     assert record["status"] == "ok", record["detail"]  # every check passes ...
     large = record["benchmarks"][-1]
     assert large["witness"]["dram_read"] < 0.3 * large["bytes"]  # ... but a quarter is read
-    table = next((gpu_cli.root / "results").glob("*/toy_level.md")).read_text()
+    table = next((cli.root / "results").glob("*/toy_level.md")).read_text()
     assert "MOVED 2" in table and "% of the problem's minimum bytes under ncu" in table
 
 
 SYNC_MODES = ["device", "item", "cpu", "copy"]
 
 
-def synchronizing_run(gpu_cli: CliRun, mode: str, monkeypatch: pytest.MonkeyPatch) -> dict:
+def synchronizing_run(cli: CliRun, mode: str, monkeypatch: pytest.MonkeyPatch) -> dict:
     monkeypatch.setenv("TOY_SYNC", mode)  # the worker inherits it
     solution = toy_solution("cuda_synchronizes")
-    assert gpu_cli("--problem", str(TOY), "--solution", solution, "--max-samples", "200") == 0
-    record = gpu_cli.record("cuda_synchronizes")
+    assert cli("--problem", str(TOY), "--solution", solution, "--max-samples", "200") == 0
+    record = cli.record("cuda_synchronizes")
     assert record["status"] == "ok", record["detail"]
     return record
 
@@ -186,13 +177,13 @@ def synchronizing_run(gpu_cli: CliRun, mode: str, monkeypatch: pytest.MonkeyPatc
 @pytest.mark.alone
 @pytest.mark.parametrize("mode", SYNC_MODES)
 def test_a_solution_that_synchronizes_is_flagged_and_timed_as_it_runs_in_a_loop(
-    gpu_cli, mode: str, monkeypatch: pytest.MonkeyPatch
+    cli, mode: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    record = synchronizing_run(gpu_cli, mode, monkeypatch)
+    record = synchronizing_run(cli, mode, monkeypatch)
     for bench in record["benchmarks"]:
         assert bench["solution"]["synchronizes"] is True
         assert bench["reference"]["synchronizes"] is False
-    table = next((gpu_cli.root / "results").glob("*/toy.md")).read_text()
+    table = next((cli.root / "results").glob("*/toy.md")).read_text()
     assert "solution synchronizes with the device" in table
     # The timed figure is what a loop of such calls costs per call (within 20%).
     figures = [(b["solution"]["median_us"], b["wall_us"]) for b in record["benchmarks"]]

@@ -39,11 +39,23 @@ def test_a_long_check_names_its_case_and_what_stops_it(monkeypatch: pytest.Monke
     shown = Progress(stream)
     shown.start(1, 1, "toy/hangs")
     shown.event({"kind": "phase", "phase": "check"})
-    tick = {"kind": "tick", "phase": "check", "case": "beta=0.5", "limit": 300.0}
+    tick = {
+        "kind": "tick",
+        "phase": "check",
+        "case": "beta=0.5",
+        "limit": 300.0,
+        "flag": "--timeout",
+    }
     shown.event({**tick, "elapsed": 5.0})
     shown.event({**tick, "elapsed": 27.0})
     shown.event(
-        {"kind": "tick", "phase": "load", "building": True, "limit": 1800.0, "elapsed": 90.0}
+        {
+            "kind": "tick",
+            "phase": "load",
+            "limit": 1800.0,
+            "flag": "--build-timeout",
+            "elapsed": 90.0,
+        }
     )
     lines = stream.getvalue().splitlines()
     assert "[1/1] toy/hangs: checking, case 'beta=0.5' ... 5 s" in lines  # short: no hint

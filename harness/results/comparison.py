@@ -100,12 +100,13 @@ def run_line(folder: Path, run_id: str) -> str:
     there is one (a check-only run or replay has no rows to compare). The command runs as
     printed: no placeholder, and each folder quoted for the shell where it needs to be."""
     all_records = record.read(folder) if (folder / record.LOG_NAME).exists() else []
-    ours = {(r.problem, r.solution_path) for r in all_records if r.run_id == run_id}
-    if not ours:
+    this_run = [r for r in all_records if r.run_id == run_id]
+    if not this_run:
         return f"run {run_id}: nothing recorded"
+    ours = {(r.problem, r.solution_path) for r in this_run}
     shown = typed(folder)
     where = f"run {run_id}: results in {shown}/"
-    if not any(r.benchmarks for r in all_records if r.run_id == run_id):
+    if not any(r.benchmarks for r in this_run):
         return f"{where} (checked only, no timings to compare)"
     earlier = [
         r.run_id

@@ -177,6 +177,7 @@ def _watch(
             return {**_died(process, log, phase), **at()}
         building = build_start is not None or phase in ("start", "load")
         limit = limits.build_s if building else limits.run_s
+        flag = "--build-timeout" if building else "--timeout"  # the flag that sets `limit`
         started = build_start if build_start is not None else phase_start
         elapsed = time.monotonic() - started
         if elapsed > limit:
@@ -184,7 +185,7 @@ def _watch(
             if phase == "start":  # the solution was not even imported: no verdict on it
                 return worker.harness_failure(f"the worker did not start within {limit:g} s")
             step = "build" if build_start is not None else phase
-            return {**_timed_out(step, limit, case, building), **at()}
+            return {**_timed_out(step, limit, case, flag), **at()}
         on_event(
             {
                 "kind": "tick",
@@ -192,15 +193,15 @@ def _watch(
                 "building": build_start is not None,
                 "elapsed": elapsed,
                 "limit": limit,
+                "flag": flag,
                 "case": case,
             }
         )
 
 
-def _timed_out(step: str, limit: float, case: str | None, building: bool) -> dict:
+def _timed_out(step: str, limit: float, case: str | None, flag: str) -> dict:
     """The timeout verdict: which step, its limit, the case a check was on, and the flag."""
     where = f" in case {case!r}" if case is not None and step == "check" else ""
-    flag = "--build-timeout" if building else "--timeout"
     detail = f"{step} step ran past its {limit:g} s limit{where} ({flag} SECONDS sets it)"
     return failure(status.TIMEOUT, detail)
 

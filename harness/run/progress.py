@@ -124,9 +124,8 @@ def _waiting(event: dict[str, Any]) -> tuple[str, str]:
     stops the step and which flag sets that ('' for each where it does not apply)."""
     case = event.get("case")
     on_case = f", case {case!r}" if case is not None and event.get("phase") == "check" else ""
-    limit = event.get("limit")
-    flag = "--build-timeout" if event.get("building") else "--timeout"
-    hint = f"(stopped at {limit:g} s; {flag} SECONDS sets that)" if limit else ""
+    limit, flag = event.get("limit"), event.get("flag")
+    hint = f"(stopped at {limit:g} s; {flag} SECONDS sets that)" if limit and flag else ""
     return on_case, hint
 
 

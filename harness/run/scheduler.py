@@ -121,10 +121,7 @@ class Scheduler:
                 if found is not None:
                     skipped[(source.name, solution)] = found
                     continue
-                job = self.session.unit_job(source, solution, index, content)
-                unit = Unit(source, solution, index, len(solutions), job)
-                self.units.append(unit)
-                builds += self._start(unit)
+                builds += self._queue(source, solution, (index, len(solutions)), content)
         self.report.begin(len(self.units), len(skipped))
         try:
             self._judge_all(work, builds)
@@ -138,18 +135,25 @@ class Scheduler:
         builds: list[Future[dict[str, Any]]] = []
         for source, solutions in work:
             for index, solution in enumerate(solutions, start=1):
-                job = self.session.unit_job(
-                    source, solution, index, toolchain.source_hash(solution)
-                )
-                unit = Unit(source, solution, index, len(solutions), job)
-                self.units.append(unit)
-                builds += self._start(unit)
+                content = toolchain.source_hash(solution)
+                builds += self._queue(source, solution, (index, len(solutions)), content)
         self.report.begin(len(self.units), 0)
         try:
             self._wait(lambda: all(f.done() for f in builds))
         finally:
             self._close()
         return [(u, u.built or u.result or {}) for u in self.units]
+
+    def _queue(
+        self, source: ProblemSource, solution: Path, place: tuple[int, int], content: str
+    ) -> list[Future[dict[str, Any]]]:
+        """Make `solution`'s unit (`place`: its index among the problem's solutions, and their
+        number) and start its build (`_start`)."""
+        index, total = place
+        job = self.session.unit_job(source, solution, index, content)
+        unit = Unit(source, solution, index, total, job)
+        self.units.append(unit)
+        return self._start(unit)
 
     def _start(self, unit: Unit) -> list[Future[dict[str, Any]]]:
         """Queue `unit`'s build, or the unit itself where it needs no worker."""
