@@ -186,17 +186,24 @@ def _watch(
                 return worker.harness_failure(f"the worker did not start within {limit:g} s")
             step = "build" if build_start is not None else phase
             return {**_timed_out(step, limit, case, flag), **at()}
-        on_event(
-            {
-                "kind": "tick",
-                "phase": phase,
-                "building": build_start is not None,
-                "elapsed": elapsed,
-                "limit": limit,
-                "flag": flag,
-                "case": case,
-            }
-        )
+        on_event(_tick(phase, build_start is not None, elapsed, (limit, flag), case))
+
+
+def _tick(
+    phase: str, building: bool, elapsed: float, limit: tuple[float, str], case: str | None
+) -> Event:
+    """The event a watched worker's step sends each poll: how long it has run, its limit and
+    the flag that sets it (`limit`), and the case a check is on."""
+    seconds, flag = limit
+    return {
+        "kind": "tick",
+        "phase": phase,
+        "building": building,
+        "elapsed": elapsed,
+        "limit": seconds,
+        "flag": flag,
+        "case": case,
+    }
 
 
 def _timed_out(step: str, limit: float, case: str | None, flag: str) -> dict:
