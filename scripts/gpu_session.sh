@@ -9,12 +9,11 @@
 #   GIT_COMMIT=<sha> bash scripts/gpu_session.sh sanitize  memcheck on the fast kernels' cases
 #   KB_SRC=<KernelBench checkout> KB_PROBLEMS=<its level1 files> bash scripts/gpu_session.sh \
 #       kernelbench   the side-by-side with KernelBench's own evaluator (README, "Judged as
-#                     KernelBench judges"): builds first, then the profile's sweep,
-#                     KernelBench's timer and the default timer's sweep as far as time allows;
-#                     both KB paths outside git, carried
-#   KB_PROBLEMS=... bash scripts/gpu_session.sh kernelbench-default
-#                     the rest of the default timer's sweep (--resume), in a second call;
-#                     `kernelbench_side_by_side.py table` then joins the three, anywhere
+#                     KernelBench judges"): builds first, KernelBench's evaluator, then the
+#                     profile's sweep as far as time allows; both KB paths outside git, carried
+#   KB_PROBLEMS=... bash scripts/gpu_session.sh kernelbench-rest
+#                     the rest of the profile's sweep and the default timer's (--resume), in a
+#                     second call; `kernelbench_side_by_side.py table` then joins the three
 #   PROBLEMS="a b" GIT_COMMIT=<sha> bash scripts/gpu_session.sh run
 #                     re-run only these problems (run.py --problem a, then b, with --compile)
 # Each step has a time limit so that the call ends in time. NVML's Python binding (for the
@@ -72,20 +71,24 @@ elif [ "$part" = checks ]; then
   # ones that must run alone).
   step gpu-tests 570 bash scripts/gpu_tests.sh
 elif [ "$part" = kernelbench ]; then
-  # The profile's sweep builds everything first (timing waits for every build), and
-  # KernelBench's side reuses those builds. The solutions are examples/kernelbench_level1, the
-  # problems KB_PROBLEMS; KernelBench's pydantic comes from wheels in KB_WHEELS when given.
-  step kb-profile 330 $python run.py "${sweep[@]}" --as kernelbench --results-dir "$state/kb"
+  # Everything is built first (the sweeps' timings never share the host with a build), and
+  # KernelBench's side reuses those builds; then the profile's sweep as far as time allows.
+  # The solutions are examples/kernelbench_level1, the problems KB_PROBLEMS; KernelBench's
+  # pydantic comes from wheels in KB_WHEELS when given.
+  step kb-build 240 $python run.py "${sweep[@]}" --build-only
   if [ -n "${KB_WHEELS:-}" ]; then
     $python -m pip install -q --no-index --no-deps --target "$state/kb-site" "$KB_WHEELS"/*.whl
   fi
-  step kb-theirs 150 env PYTHONPATH="$state/kb-site" $python scripts/kernelbench_side_by_side.py \
+  step kb-theirs 170 env PYTHONPATH="$state/kb-site" $python scripts/kernelbench_side_by_side.py \
     measure "$KB_SRC" "$KB_PROBLEMS" examples/kernelbench_level1 .cache/builds "$state/kb/kb.jsonl"
-  # The default timer's sweep in what is left of the call; `kernelbench-default` (a second
-  # call, on the same warm machine or a fresh one) goes on where it stopped.
-  step kb-default $((580 - SECONDS)) $python run.py "${sweep[@]}" --resume --results-dir "$state/kb"
-elif [ "$part" = kernelbench-default ]; then
-  step kb-default 400 $python run.py "${sweep[@]}" --resume --results-dir "$state/kb"
+  step kb-profile $((585 - SECONDS)) $python run.py "${sweep[@]}" --as kernelbench \
+    --results-dir "$state/kb"
+elif [ "$part" = kernelbench-rest ]; then
+  # A second call: the profile's sweep where it stopped, then the default timer's sweep;
+  # `kernelbench_side_by_side.py table` then joins the three, anywhere.
+  step kb-profile 300 $python run.py "${sweep[@]}" --as kernelbench --resume \
+    --results-dir "$state/kb"
+  step kb-default $((585 - SECONDS)) $python run.py "${sweep[@]}" --resume --results-dir "$state/kb"
 else  # sanitize
   for solution in multilabel_margin/fast_cuda multilabel_margin/warp_cuda smooth_l1/fast_cuda; do
     step "memcheck-${solution//\//-}" 120 compute-sanitizer --tool memcheck --error-exitcode 9 \

@@ -123,3 +123,17 @@ def test_a_profile_drops_only_the_profilers_known_noise(capfd) -> None:
     err = capfd.readouterr().err
     assert "gpuGetDeviceCount" not in err and "USDT" not in err and "something else\n" in err
     assert [str(w.message) for w in caught] == ["a warning of the solution's own"]
+
+
+def test_a_profile_ends_with_cupti_torn_down(monkeypatch) -> None:
+    """The profiler's library reads TEARDOWN_CUPTI when a profile ends; unless it is "1", CUPTI
+    stays attached and slows every later launch (harness.measure.profiling's doc: a 4.6 us
+    kernel timed at 28.7 us on the H200). A caller's "0" does not survive a profile."""
+    import torch
+
+    from harness.measure import profiling
+
+    monkeypatch.setenv(profiling.TEARDOWN, "0")
+    seen = []
+    profiling.profile(lambda: seen.append(os.environ[profiling.TEARDOWN]), torch.device("cpu"))
+    assert seen == ["1"] and os.environ[profiling.TEARDOWN] == "1"
