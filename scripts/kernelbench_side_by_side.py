@@ -11,9 +11,8 @@ harness sweep of the same pairs has built them (`run.py --problems P --solutions
       environment the harness's worker built it in, so nothing is compiled again), its
       `run_and_check_correctness` (5 trials, seed 42), then `time_execution_with_cuda_event`
       (100 trials) on the new model and then the reference, autograd on, as
-      `eval_kernel_against_ref` does; before each timing the GPU is kept busy for a moment
-      (harness.measure.kernelbench.steady, as the profile does; --cold leaves it out). One JSON
-      line per pair: correctness, the two means (ms, as KernelBench rounds them and unrounded).
+      `eval_kernel_against_ref` does. One JSON line
+      per pair: correctness, the two means (ms, as KernelBench rounds them and unrounded).
   table OUT.jsonl PROFILE_FOLDER DEFAULT_FOLDER
       A markdown table: KernelBench's verdict and speedup beside the profile's and the default
       timer's (the machine folders the sweeps wrote: <results>/<gpu>-kernelbench and
@@ -88,9 +87,7 @@ def measure(args: argparse.Namespace) -> None:
         if built:  # the environment the harness's worker built in, so nothing builds again
             toolchain.prepare_environment(Path(built[0]), arch)
         try:
-            row.update(
-                _one_pair(kb_eval, kb_timing, problem, solution, row["build_dir"], args.cold)
-            )
+            row.update(_one_pair(kb_eval, kb_timing, problem, solution, row["build_dir"], device))
         except Exception as err:  # a failure is this pair's row, not the end of the run
             row["error"] = f"{type(err).__name__}: {err}"[:500]
         print(json.dumps(row), flush=True)
@@ -99,14 +96,11 @@ def measure(args: argparse.Namespace) -> None:
 
 
 def _one_pair(
-    kb_eval: Any, kb_timing: Any, problem: Path, solution: Path, build: str | None, cold: bool
+    kb_eval: Any, kb_timing: Any, problem: Path, solution: Path, build: str | None, device: Any
 ) -> dict[str, Any]:
     """eval_kernel_against_ref's steps on one pair, with KernelBench's own functions."""
     import torch
 
-    from harness.measure import kernelbench
-
-    device = torch.device("cuda:0")
     model, get_init_inputs, get_inputs = kb_eval.load_original_model_and_inputs(
         problem.read_text(), {}
     )
@@ -128,8 +122,6 @@ def _one_pair(
     for name, timed in (("runtime", new), ("ref_runtime", reference)):
         kb_eval.set_seed(42)
         inputs = [kb_eval._process_input_tensor(x, device) for x in get_inputs()]
-        if not cold:
-            kernelbench.steady(device)
         times = kb_timing.time_execution_with_cuda_event(
             timed, inputs, num_trials=100, verbose=False, device=device
         )
@@ -206,7 +198,6 @@ def main(argv: list[str] | None = None) -> None:
     step = steps.add_parser("measure")
     for name in ("checkout", "problems", "solutions", "build_dir", "out"):
         step.add_argument(name)
-    step.add_argument("--cold", action="store_true", help="no busy moment before each timing")
     step = steps.add_parser("table")
     for name in ("kb", "profile", "default"):
         step.add_argument(name)
