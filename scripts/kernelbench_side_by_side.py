@@ -78,6 +78,7 @@ def measure(args: argparse.Namespace) -> None:
     torch.cuda.set_device(device)
     arch = toolchain.arch_list(torch.cuda.get_device_capability(device), None)
     solutions = {number(p.name): p for p in Path(args.solutions).glob("level_*_sample_0_*.py")}
+    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     for problem in sorted(Path(args.problems).glob("*.py"), key=lambda p: number(p.name) or 0):
         solution = solutions.get(number(problem.name))
         if solution is None:
