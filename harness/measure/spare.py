@@ -44,7 +44,8 @@ def waiting(jobs: Any, conn: Any) -> None:
 
 
 def warm(device: str) -> str | None:
-    """Start CUDA on `device` and the profiler once; why it failed, or None."""
+    """Start CUDA on `device` and the profiler once (on the host: profiling.warm_up); why it
+    failed, or None."""
     import torch
 
     from harness.measure import profiling
