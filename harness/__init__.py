@@ -3,6 +3,12 @@
 The folders say where code runs; tests/test_layout.py holds every import to this plan:
 
 run/       the parent process, one per run.py: finds the work and drives it
+    driving    run.py's runs: which problems and solutions, on which pool, what is printed
+    scheduler  many solutions of many problems at once: builds in a pool, judging on each slot
+    pool       this host's pool: builds in worker processes, one judging slot per device
+    raypool    the same on a Ray cluster (run.py --ray): CPU tasks build, one actor per GPU
+    reporting  what a run tells the user while the scheduler works
+    resume     --resume: what is already recorded for the same solution, toolchain, settings
     session    run the solutions of a problem, each in a worker, and record each result
     isolate    spawn the worker with time limits and turn any failure into a status
     discovery  find problems and solutions on disk
@@ -16,6 +22,7 @@ run/       the parent process, one per run.py: finds the work and drives it
     replay     the command that replays a failed solution on the case it failed on
 measure/   the worker process, one per solution: builds, checks and times it
     worker     load, check and time one solution (the worker's entry point)
+    spare      a worker started before its job, warm when the job comes
     builds     watch the extension builds a solution makes
     sourcemap  point a compiler error in load_inline's generated files at the solution's .py
     checking   build Model and ModelNew alike and check every case
@@ -28,6 +35,8 @@ measure/   the worker process, one per solution: builds, checks and times it
     profiling  the profiler's check that a solution runs kernels of its own, not as a fig leaf
     benchmarking  time each benchmark shape (solution vs eager, or the torch.compile baseline)
     timing     sample calls side by side under the stopping rule; CUDA-event and wall timers
+    calls      the zero-argument calls the timer samples, fed fresh inputs (or a CUDA graph)
+    passes     the backward passes timed for a problem whose gradients are judged
     percall    each call timed from an idle device, host included; which side is host-bound
     roofline   bytes and FLOPs a problem must move, and the GPU's copy-bandwidth ceiling
     gpustate   SM clock, temperature, throttling, other processes through NVML (read only)

@@ -20,13 +20,6 @@ from harness.loading import Case, Problem
 from harness.tolerance import Tolerance
 
 # Default tolerances by output dtype, used when neither the problem nor the case gives one.
-DEFAULT_TOLERANCE = {
-    torch.float64: (1e-7, 1e-7),
-    torch.float32: (1e-4, 1e-4),
-    torch.float16: (1e-2, 1e-2),
-    torch.bfloat16: (2e-2, 2e-2),
-}
-FALLBACK_TOLERANCE = (1e-4, 1e-4)
 SHOWN_ELEMENTS = 5  # how many mismatching elements a report names
 
 

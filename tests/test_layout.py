@@ -4,6 +4,7 @@ module and function stays small enough to read in one sitting."""
 from __future__ import annotations
 
 import ast
+import re
 from pathlib import Path
 
 import pytest
@@ -89,3 +90,51 @@ def test_modules_and_functions_are_short(path: Path) -> None:
         and node.end_lineno - node.lineno + 1 > MAX_FUNCTION_LINES
     ]
     assert not long, f"functions over {MAX_FUNCTION_LINES} lines: {long}"
+
+
+def _module_graph() -> dict[str, set[str]]:
+    """Each harness module and the harness modules it imports (at any depth of its code)."""
+    modules = {module_name(p): p for p in MODULES}
+    graph = {}
+    for name, path in modules.items():
+        found = set()
+        for imported in harness_imports(path):
+            while imported and imported not in modules:  # `from m import name` names m.name
+                imported = imported.rpartition(".")[0]
+            if imported and imported != name:
+                found.add(imported)
+        graph[name] = found
+    return graph
+
+
+def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """The groups of modules that import one another, directly or around a loop."""
+    reached = {name: {name} | graph[name] for name in graph}
+    changed = True
+    while changed:
+        changed = False
+        for seen in reached.values():
+            more = set().union(*(graph.get(m, set()) for m in seen)) - seen
+            if more:
+                seen |= more
+                changed = True
+    groups = {
+        frozenset(m for m in graph if name in reached[m] and m in reached[name]) for name in graph
+    }
+    return sorted(sorted(group) for group in groups if len(group) > 1)
+
+
+def test_no_modules_import_each_other() -> None:
+    assert cycles(_module_graph()) == []
+
+
+def test_the_cycle_test_sees_a_loop() -> None:
+    graph = {"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}
+    assert cycles(graph) == [["a", "b", "c"]]
+
+
+def test_the_package_map_lists_every_module() -> None:
+    import harness
+
+    listed = set(re.findall(r"^ {4}(\w+)\s", harness.__doc__ or "", re.MULTILINE))
+    assert {p.stem for p in MODULES if p.stem != "__init__"} == listed

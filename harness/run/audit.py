@@ -27,7 +27,14 @@ import torch
 
 from harness.inputs import make_init_inputs, make_inputs, seed_everything
 from harness.loading import Case, Problem
-from harness.matching import DTYPE_DEFAULT, Tolerance, leaves, mismatch, tolerance
+from harness.matching import (
+    DTYPE_DEFAULT,
+    Tolerance,
+    describe_tolerance,
+    leaves,
+    mismatch,
+    tolerance,
+)
 from harness.measure import modes
 from harness.measure.checking import call, describe_error
 
@@ -191,7 +198,7 @@ def judge_values(
     if not all(supported(output) for output in outputs) or not has_values(outputs[0]):
         return None
     on_seeds = f"on seeds {', '.join(str(seed) for seed in seeds)}"
-    shown = allowed.describe(outputs[0])
+    shown = describe_tolerance(allowed, outputs[0])
     if all(mismatch(output, zeros(output), allowed) is None for output in outputs):
         peak = max(max_abs(output) for output in outputs)
         return Finding(

@@ -13,7 +13,7 @@ import sys
 import threading
 import time
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any, TextIO
+from typing import TYPE_CHECKING, Any, Protocol, TextIO
 
 from tqdm import tqdm
 
@@ -24,9 +24,22 @@ from harness.stats import geomean
 
 if TYPE_CHECKING:
     from harness.record import RunRecord
-    from harness.run.scheduler import Unit
 
 OnEvent = Callable[[dict[str, Any]], None]
+
+
+class Unit(Protocol):
+    """What a report reads of the scheduler's unit (harness.run.scheduler.Unit)."""
+
+    index: int
+    total: int
+    built: dict[str, Any] | None
+    result: dict[str, Any] | None
+
+    @property
+    def label(self) -> str: ...
+
+
 DETAIL_CHARS = 110  # of a failure's detail, in a verdict line of the sweep
 
 
