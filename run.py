@@ -22,186 +22,25 @@ used.
 from __future__ import annotations
 
 import argparse
-import dataclasses
-import re
 import signal
 import sys
-import textwrap
-from pathlib import Path
 
-from harness import settings, status
+from harness import settings
 from harness.errors import HarnessError, UserError
 from harness.run import driving
-from harness.run.driving import EXIT_FAILED, EXIT_INPUT, EXIT_OK, PROBLEMS_DIR, SOLUTIONS_DIR
-
-EXIT_USAGE, EXIT_HARNESS, EXIT_INTERRUPTED = 2, 4, 130  # beside driving's EXIT_OK, _FAILED, _INPUT
-HELP_WIDTH = 80  # -h fits this many columns
-INDENT, STEP = " " * 17, " " * 5  # continuation lines of the statuses and of the rule's steps
-
-
-class HelpFormatter(argparse.ArgumentDefaultsHelpFormatter, argparse.RawDescriptionHelpFormatter):
-    """Shows defaults where there is one, keeps the examples and the epilog's tables as
-    written, and wraps the rest within HELP_WIDTH columns."""
-
-    def __init__(self, prog: str) -> None:
-        super().__init__(prog, width=HELP_WIDTH, max_help_position=28)
-
-    def _get_help_string(self, action: argparse.Action) -> str | None:
-        if action.default in (None, False, argparse.SUPPRESS) or action.nargs == 0:
-            return action.help
-        return super()._get_help_string(action)
-
-
-USAGE = (
-    "run.py (--problem NAME | --all | --problems DIR | --list | --render |\n"
-    + " " * 15
-    + "--compare OLD NEW) [options]"
-)
-DESCRIPTION = """\
-examples:
-  python run.py --problem multilabel_margin      every solution of a problem
-  python run.py --problem smooth_l1 --solution my_kernel.py
-                                                 your file against its reference
-  python run.py --all --compile                  all, with torch.compile
-  python run.py --list                           what there is to run
-  python run.py --problems suite/problems --solutions suite/solutions --gpus all
-                                                 a sweep, on every GPU
-  python run.py --compare results/nvidia-h200@a000051 results/nvidia-h200
-                                                 commit a000051's run against
-                                                 the newest, shape by shape
-
-Each solution is built in its own process, checked against the reference on
-every declared case, and timed beside it: CUDA events with L2 flushed before
-each call on a GPU, a wall clock on a CPU. Results go to
-<results-dir>/<machine>/ (a table per problem, and every sample in runs.jsonl)."""
-
-
-SETTINGS_GROUPS = (  # (title, description, settings class, with the settings it holds)
-    ("device, build and audit", None, settings.Settings, False),
-    ("checking", "how a solution is judged", settings.Checking, True),
-    ("timing", "the stopping rule (see 'timing rule' below) and the timer", settings.Timing, True),
-    ("limits", "when a solution's worker is killed", settings.Limits, True),
-    ("places", "where results, builds and logs go", settings.Places, True),
+from harness.run.driving import PROBLEMS_DIR, SOLUTIONS_DIR
+from harness.run.flags import (
+    EXIT_FAILED,
+    EXIT_HARNESS,
+    EXIT_INPUT,
+    EXIT_INTERRUPTED,
+    EXIT_OK,
+    EXIT_USAGE,
+    HELP_WIDTH,
+    parse_args,
 )
 
-
-def parse_args(argv: list[str] | None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(
-        prog="run.py",
-        usage=USAGE,
-        description=DESCRIPTION,
-        epilog=_epilog(),
-        formatter_class=HelpFormatter,
-    )
-    _add_actions(parser)
-    driving.add_flags(parser)
-    for title, description, cls, nested in SETTINGS_GROUPS:
-        settings.add_flags(parser.add_argument_group(title, description), cls, nested)
-    args = parser.parse_args(argv)
-    if args.solution and not args.problem:
-        parser.error("--solution needs --problem (which reference should it be checked against?)")
-    if args.case is not None and not args.problem:
-        parser.error("--case needs --problem (case names belong to one problem)")
-    if args.solutions and not args.problems:
-        parser.error("--solutions needs --problems (a sweep); for one problem use --solution")
-    if args.audit_only and not (args.problem or args.all):
-        parser.error("--audit needs --problem or --all")
-    if args.forget and (not args.problem or args.solution or args.audit_only):
-        parser.error("--forget needs --problem, and takes no --solution or --audit")
-    if not args.recording and (args.forget or args.audit_only or not (args.problem or args.all)):
-        parser.error("--no-record is for a run (--problem or --all), not --forget or --audit")
-    try:  # the values alone, before the device is resolved: bad flags fail before any work
-        settings.from_flags(args)
-    except ValueError as err:
-        parser.error(str(err))
-    return args
-
-
-def _epilog() -> str:
-    statuses = "\n".join(
-        _wrapped(meaning, f"  {name:<14} ", INDENT) for name, meaning in status.MEANING.items()
-    )
-    return (
-        f"timing rule:\n{_rule_text()}\n\nstatuses:\n{statuses}\n\nexit status: 0 every "
-        "solution that could run here was correct; 1 some failed;\n  2 bad flags; 3 unknown "
-        "problem, unusable file or unwritable folder;\n  4 the harness itself failed; "
-        "130 interrupted"
-    )
-
-
-def _add_actions(parser: argparse.ArgumentParser) -> None:
-    """What to do: run problems, list, render, compare or audit; and which solutions."""
-    what = parser.add_mutually_exclusive_group(required=True)
-    what.add_argument(
-        "--problem",
-        metavar="NAME|PATH",
-        help="a problem under problems/, a KernelBench .py file, or a problem "
-        "folder (reference.py, or GPUCodeForces' example_torchcode.py)",
-    )
-    what.add_argument("--all", action="store_true", help="every problem under problems/")
-    driving.add_sweep(what)
-    what.add_argument("--list", action="store_true", help="list problems and solutions, then exit")
-    what.add_argument(
-        "--render",
-        action="store_true",
-        help="re-render every table, chart and summary under --results-dir from the recorded "
-        "runs (no GPU needed), then exit",
-    )
-    what.add_argument(
-        "--compare",
-        nargs=2,
-        metavar=("OLD", "NEW"),
-        help="compare two recorded runs, each FOLDER[@RUN_ID or @COMMIT] (e.g. "
-        "results/nvidia-h200@81e52c2): a row is faster or slower only when its interval says so",
-    )
-    parser.add_argument(
-        "--threshold",
-        type=float,
-        default=settings.COMPARE_THRESHOLD,
-        help="with --compare: a change smaller than this share counts as unchanged",
-    )
-    parser.add_argument(
-        "--solution",
-        metavar="NAME|PATH",
-        action="append",
-        type=Path,
-        help="run this solution instead of all of the problem's: a file, or the name of one "
-        "under solutions/<problem>/ (repeatable; needs --problem)",
-    )
-    parser.add_argument(
-        "--audit",
-        dest="audit_only",
-        action="store_true",
-        help="with --problem or --all: only audit the problems' references (reject any whose "
-        "output a zero, constant or memorised answer would match), then exit",
-    )
-    parser.add_argument(
-        "--forget",
-        metavar="SOLUTION",
-        help="with --problem: drop this solution's rows (by name or path) from the tables under "
-        "--results-dir, then re-render them; runs.jsonl keeps its records and gains a removal line",
-    )
-    parser.add_argument(
-        "--no-record",
-        dest="recording",
-        action="store_false",
-        help="run and print the verdicts, but write nothing under --results-dir (logs and "
-        "builds are still written)",
-    )
-
-
-def _rule_text() -> str:
-    """The stopping rule as harness.settings.StopRule's docstring writes it, its fields named
-    by their flags (`warmup_ms` as --warmup-ms), each step wrapped within HELP_WIDTH."""
-    paragraph = (settings.StopRule.__doc__ or "").split("\n\n", 1)[1]
-    for f in dataclasses.fields(settings.StopRule):
-        paragraph = paragraph.replace(f"`{f.name}`", "--" + f.name.replace("_", "-"))
-    steps = re.split(r"\n\s*(?=\d\. )", paragraph.strip())
-    return "\n".join(_wrapped(" ".join(step.split()), "  ", STEP) for step in steps)
-
-
-def _wrapped(text: str, first: str, rest: str) -> str:
-    return textwrap.fill(text, HELP_WIDTH, initial_indent=first, subsequent_indent=rest)
+__all__ = ["EXIT_FAILED", "EXIT_USAGE", "HELP_WIDTH", "main", "settings_for"]  # with the tests'
 
 
 def settings_for(

@@ -3,6 +3,7 @@
 The folders say where code runs; tests/test_layout.py holds every import to this plan:
 
 run/       the parent process, one per run.py: finds the work and drives it
+    flags      every flag of run.py and every exit status, declared once; -h needs no torch
     driving    run.py's runs: which problems and solutions, on which pool, what is printed
     scheduler  many solutions of many problems at once: builds in a pool, judging on each slot
     pool       this host's pool: builds in worker processes, one judging slot per device

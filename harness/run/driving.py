@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from harness.errors import UserError
+from harness.run.flags import EXIT_FAILED, EXIT_INPUT, EXIT_OK
 from harness.settings import REPO
 
 if TYPE_CHECKING:
@@ -18,67 +19,9 @@ if TYPE_CHECKING:
     from harness.run.discovery import ProblemSource
     from harness.run.session import Session
 
-EXIT_OK, EXIT_FAILED, EXIT_INPUT = 0, 1, 3
 PROBLEMS_DIR = REPO / "problems"
 SOLUTIONS_DIR = REPO / "solutions"
 Work = list[tuple["ProblemSource", list[Path]]]
-
-
-def add_sweep(what: argparse._MutuallyExclusiveGroup) -> None:
-    """--problems, beside run.py's other choices of what to do."""
-    what.add_argument(
-        "--problems",
-        metavar="DIR",
-        type=Path,
-        help="sweep every problem in DIR (KernelBench .py files, or problem folders) against "
-        "the solutions of --solutions, matched by name",
-    )
-
-
-def add_flags(parser: argparse.ArgumentParser) -> None:
-    """The flags of scale: how many builds at once, which GPUs judge, Ray, and --resume."""
-    group = parser.add_argument_group(
-        "scale", "builds in parallel, every GPU busy, sweeps and Ray (none change a verdict)"
-    )
-    group.add_argument(
-        "--solutions",
-        metavar="DIR",
-        type=Path,
-        help="with --problems: where the sweep's solutions are, matched by problem name: "
-        "DIR/<problem>/*.py, or KernelBench's level_<L>_problem_<N>_sample_<S>_kernel.py "
-        "(default: solutions/)",
-    )
-    group.add_argument(
-        "--gpus",
-        metavar="all|LIST",
-        help="judge on these GPUs at once, one solution per GPU (each timing has its GPU to "
-        "itself): 'all' or indices such as 0,1 (default: --device alone)",
-    )
-    group.add_argument(
-        "--build-jobs",
-        metavar="N",
-        type=int,
-        help="build this many solutions at once (default: one per two cores); judging starts "
-        "with the first one built",
-    )
-    group.add_argument(
-        "--resume",
-        action="store_true",
-        help="skip each solution already recorded under --results-dir for the same content, "
-        "reference, toolchain and settings (an interrupted sweep goes on where it stopped)",
-    )
-    group.add_argument(
-        "--build-only",
-        action="store_true",
-        help="build the selected solutions (as many at once as --build-jobs) into the build "
-        "cache, then stop: nothing is checked, timed or recorded",
-    )
-    group.add_argument(
-        "--ray",
-        metavar="auto|ADDRESS",
-        help="run on a Ray cluster (pip install -r requirements-ray.txt): builds as CPU tasks, "
-        "one judging actor per GPU; 'auto' finds the cluster this host belongs to",
-    )
 
 
 def chosen_problems(args: argparse.Namespace) -> Work:

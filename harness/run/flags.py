@@ -1,0 +1,251 @@
+"""Every flag of run.py and every exit status, declared here once.
+
+The flags of what to do (--problem, --all, --problems, --list, --render, --compare, --audit,
+--forget), of scale (--solutions, --gpus, --build-jobs, --resume, --build-only, --ray), and the
+settings' own (harness.settings declares each option with its help; settings.add_flags makes
+the flag). `parse_args` also refuses the combinations that make no sense, and checks every
+value before any work starts. Imports neither torch nor pandas: `-h` stays fast.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import re
+import textwrap
+from pathlib import Path
+
+from harness import settings, status
+
+EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_INPUT, EXIT_HARNESS = 0, 1, 2, 3, 4
+EXIT_INTERRUPTED = 130
+EXIT_MEANING = {
+    EXIT_OK: "every solution that could run here was correct",
+    EXIT_FAILED: "some failed",
+    EXIT_USAGE: "bad flags",
+    EXIT_INPUT: "unknown problem, unusable file or unwritable folder",
+    EXIT_HARNESS: "the harness itself failed",
+    EXIT_INTERRUPTED: "interrupted",
+}
+HELP_WIDTH = 80  # -h fits this many columns
+INDENT, STEP = " " * 17, " " * 5  # continuation lines of the statuses and of the rule's steps
+
+
+class HelpFormatter(argparse.ArgumentDefaultsHelpFormatter, argparse.RawDescriptionHelpFormatter):
+    """Shows defaults where there is one, keeps the examples and the epilog's tables as
+    written, and wraps the rest within HELP_WIDTH columns."""
+
+    def __init__(self, prog: str) -> None:
+        super().__init__(prog, width=HELP_WIDTH, max_help_position=28)
+
+    def _get_help_string(self, action: argparse.Action) -> str | None:
+        if action.default in (None, False, argparse.SUPPRESS) or action.nargs == 0:
+            return action.help
+        return super()._get_help_string(action)
+
+
+USAGE = (
+    "run.py (--problem NAME | --all | --problems DIR | --list | --render |\n"
+    + " " * 15
+    + "--compare OLD NEW) [options]"
+)
+DESCRIPTION = """\
+examples:
+  python run.py --problem multilabel_margin      every solution of a problem
+  python run.py --problem smooth_l1 --solution my_kernel.py
+                                                 your file against its reference
+  python run.py --all --compile                  all, with torch.compile
+  python run.py --list                           what there is to run
+  python run.py --problems suite/problems --solutions suite/solutions --gpus all
+                                                 a sweep, on every GPU
+  python run.py --compare results/nvidia-h200@a000051 results/nvidia-h200
+                                                 commit a000051's run against
+                                                 the newest, shape by shape
+
+Each solution is built in its own process, checked against the reference on
+every declared case, and timed beside it: CUDA events with L2 flushed before
+each call on a GPU, a wall clock on a CPU. Results go to
+<results-dir>/<machine>/ (a table per problem, and every sample in runs.jsonl)."""
+
+
+SETTINGS_GROUPS = (  # (title, description, settings class, with the settings it holds)
+    ("device, build and audit", None, settings.Settings, False),
+    ("checking", "how a solution is judged", settings.Checking, True),
+    ("timing", "the stopping rule (see 'timing rule' below) and the timer", settings.Timing, True),
+    ("limits", "when a solution's worker is killed", settings.Limits, True),
+    ("places", "where results, builds and logs go", settings.Places, True),
+)
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(
+        prog="run.py",
+        usage=USAGE,
+        description=DESCRIPTION,
+        epilog=_epilog(),
+        formatter_class=HelpFormatter,
+    )
+    _add_actions(parser)
+    add_scale_flags(parser)
+    for title, description, cls, nested in SETTINGS_GROUPS:
+        settings.add_flags(parser.add_argument_group(title, description), cls, nested)
+    args = parser.parse_args(argv)
+    if args.solution and not args.problem:
+        parser.error("--solution needs --problem (which reference should it be checked against?)")
+    if args.case is not None and not args.problem:
+        parser.error("--case needs --problem (case names belong to one problem)")
+    if args.solutions and not args.problems:
+        parser.error("--solutions needs --problems (a sweep); for one problem use --solution")
+    if args.audit_only and not (args.problem or args.all):
+        parser.error("--audit needs --problem or --all")
+    if args.forget and (not args.problem or args.solution or args.audit_only):
+        parser.error("--forget needs --problem, and takes no --solution or --audit")
+    if not args.recording and (args.forget or args.audit_only or not (args.problem or args.all)):
+        parser.error("--no-record is for a run (--problem or --all), not --forget or --audit")
+    try:  # the values alone, before the device is resolved: bad flags fail before any work
+        settings.from_flags(args)
+    except ValueError as err:
+        parser.error(str(err))
+    return args
+
+
+def _epilog() -> str:
+    statuses = "\n".join(
+        _wrapped(meaning, f"  {name:<14} ", INDENT) for name, meaning in status.MEANING.items()
+    )
+    exits = "; ".join(f"{code} {meaning}" for code, meaning in EXIT_MEANING.items())
+    return f"timing rule:\n{_rule_text()}\n\nstatuses:\n{statuses}\n\n" + _wrapped(
+        f"exit status: {exits}", "", "  "
+    )
+
+
+def _add_actions(parser: argparse.ArgumentParser) -> None:
+    """What to do: run problems, list, render, compare or audit; and which solutions."""
+    what = parser.add_mutually_exclusive_group(required=True)
+    what.add_argument(
+        "--problem",
+        metavar="NAME|PATH",
+        help="a problem under problems/, a KernelBench .py file, or a problem "
+        "folder (reference.py, or GPUCodeForces' example_torchcode.py)",
+    )
+    what.add_argument("--all", action="store_true", help="every problem under problems/")
+    add_sweep(what)
+    what.add_argument("--list", action="store_true", help="list problems and solutions, then exit")
+    what.add_argument(
+        "--render",
+        action="store_true",
+        help="re-render every table, chart and summary under --results-dir from the recorded "
+        "runs (no GPU needed), then exit",
+    )
+    what.add_argument(
+        "--compare",
+        nargs=2,
+        metavar=("OLD", "NEW"),
+        help="compare two recorded runs, each FOLDER[@RUN_ID or @COMMIT] (e.g. "
+        "results/nvidia-h200@81e52c2): a row is faster or slower only when its interval says so",
+    )
+    parser.add_argument(
+        "--threshold",
+        type=float,
+        default=settings.COMPARE_THRESHOLD,
+        help="with --compare: a change smaller than this share counts as unchanged",
+    )
+    parser.add_argument(
+        "--solution",
+        metavar="NAME|PATH",
+        action="append",
+        type=Path,
+        help="run this solution instead of all of the problem's: a file, or the name of one "
+        "under solutions/<problem>/ (repeatable; needs --problem)",
+    )
+    parser.add_argument(
+        "--audit",
+        dest="audit_only",
+        action="store_true",
+        help="with --problem or --all: only audit the problems' references (reject any whose "
+        "output a zero, constant or memorised answer would match), then exit",
+    )
+    parser.add_argument(
+        "--forget",
+        metavar="SOLUTION",
+        help="with --problem: drop this solution's rows (by name or path) from the tables under "
+        "--results-dir, then re-render them; runs.jsonl keeps its records and gains a removal line",
+    )
+    parser.add_argument(
+        "--no-record",
+        dest="recording",
+        action="store_false",
+        help="run and print the verdicts, but write nothing under --results-dir (logs and "
+        "builds are still written)",
+    )
+
+
+def _rule_text() -> str:
+    """The stopping rule as harness.settings.StopRule's docstring writes it, its fields named
+    by their flags (`warmup_ms` as --warmup-ms), each step wrapped within HELP_WIDTH."""
+    paragraph = (settings.StopRule.__doc__ or "").split("\n\n", 1)[1]
+    for f in dataclasses.fields(settings.StopRule):
+        paragraph = paragraph.replace(f"`{f.name}`", "--" + f.name.replace("_", "-"))
+    steps = re.split(r"\n\s*(?=\d\. )", paragraph.strip())
+    return "\n".join(_wrapped(" ".join(step.split()), "  ", STEP) for step in steps)
+
+
+def _wrapped(text: str, first: str, rest: str) -> str:
+    return textwrap.fill(text, HELP_WIDTH, initial_indent=first, subsequent_indent=rest)
+
+
+def add_sweep(what: argparse._MutuallyExclusiveGroup) -> None:
+    """--problems, beside run.py's other choices of what to do."""
+    what.add_argument(
+        "--problems",
+        metavar="DIR",
+        type=Path,
+        help="sweep every problem in DIR (KernelBench .py files, or problem folders) against "
+        "the solutions of --solutions, matched by name",
+    )
+
+
+def add_scale_flags(parser: argparse.ArgumentParser) -> None:
+    """The flags of scale: how many builds at once, which GPUs judge, Ray, and --resume."""
+    group = parser.add_argument_group(
+        "scale", "builds in parallel, every GPU busy, sweeps and Ray (none change a verdict)"
+    )
+    group.add_argument(
+        "--solutions",
+        metavar="DIR",
+        type=Path,
+        help="with --problems: where the sweep's solutions are, matched by problem name: "
+        "DIR/<problem>/*.py, or KernelBench's level_<L>_problem_<N>_sample_<S>_kernel.py "
+        "(default: solutions/)",
+    )
+    group.add_argument(
+        "--gpus",
+        metavar="all|LIST",
+        help="judge on these GPUs at once, one solution per GPU (each timing has its GPU to "
+        "itself): 'all' or indices such as 0,1 (default: --device alone)",
+    )
+    group.add_argument(
+        "--build-jobs",
+        metavar="N",
+        type=int,
+        help="build this many solutions at once (default: one per two cores); judging starts "
+        "with the first one built",
+    )
+    group.add_argument(
+        "--resume",
+        action="store_true",
+        help="skip each solution already recorded under --results-dir for the same content, "
+        "reference, toolchain and settings (an interrupted sweep goes on where it stopped)",
+    )
+    group.add_argument(
+        "--build-only",
+        action="store_true",
+        help="build the selected solutions (as many at once as --build-jobs) into the build "
+        "cache, then stop: nothing is checked, timed or recorded",
+    )
+    group.add_argument(
+        "--ray",
+        metavar="auto|ADDRESS",
+        help="run on a Ray cluster (pip install -r requirements-ray.txt): builds as CPU tasks, "
+        "one judging actor per GPU; 'auto' finds the cluster this host belongs to",
+    )
