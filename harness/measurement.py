@@ -4,14 +4,12 @@ in each benchmark row)."""
 from __future__ import annotations
 
 import statistics
-from collections.abc import Mapping
-from dataclasses import dataclass
-from typing import Any
+from dataclasses import dataclass, field
+from typing import ClassVar
 
 from harness import stats
+from harness.codec import omitted_when
 from harness.stats import Interval
-
-Data = Mapping[str, Any]
 
 
 @dataclass(frozen=True)
@@ -21,7 +19,18 @@ class Measurement:
     times_us: tuple[float, ...]
     method: str  # "cuda_events", "cuda_graph" or "wall_clock"
     host_us: float | None = None  # median host time to enqueue the call (GPU timers)
-    synchronizes: bool | None = None  # the call waits for the device (CUDA timers; None: unknown)
+    # the call waits for the device (CUDA timers; None: unknown, and not written)
+    synchronizes: bool | None = field(default=None, metadata=omitted_when(None))
+    # written beside the samples for people reading the JSON; never read back
+    DERIVED: ClassVar[tuple[str, ...]] = (
+        "count",
+        "median_us",
+        "median_low_us",
+        "median_high_us",
+        "iqr_us",
+        "min_us",
+        "rse",
+    )
 
     @property
     def count(self) -> int:
@@ -57,27 +66,17 @@ class Measurement:
     def rse(self) -> float:
         return stats.relative_standard_error(self.times_us)
 
-    def to_dict(self) -> dict[str, Any]:
-        interval = self.interval
-        return {
-            "method": self.method,
-            "count": self.count,
-            "median_us": self.median_us,
-            "median_low_us": interval.low,
-            "median_high_us": interval.high,
-            "iqr_us": self.iqr_us,
-            "min_us": min(self.times_us),
-            "rse": self.rse,
-            "host_us": self.host_us,
-            "times_us": list(self.times_us),
-            **({"synchronizes": self.synchronizes} if self.synchronizes is not None else {}),
-        }
+    @property
+    def median_low_us(self) -> float:
+        return self.interval.low
 
-    @classmethod
-    def from_dict(cls, data: Data) -> Measurement:
-        return cls(
-            tuple(data["times_us"]), data["method"], data.get("host_us"), data.get("synchronizes")
-        )
+    @property
+    def median_high_us(self) -> float:
+        return self.interval.high
+
+    @property
+    def min_us(self) -> float:
+        return min(self.times_us)
 
 
 @dataclass(frozen=True)
@@ -88,18 +87,3 @@ class PerCall:
     reference: Measurement
     solution: Measurement
     speedup: Interval
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "reference": self.reference.to_dict(),
-            "solution": self.solution.to_dict(),
-            "speedup": self.speedup.to_dict(),
-        }
-
-    @classmethod
-    def from_dict(cls, data: Data) -> PerCall:
-        return cls(
-            Measurement.from_dict(data["reference"]),
-            Measurement.from_dict(data["solution"]),
-            Interval(**data["speedup"]),
-        )

@@ -13,12 +13,14 @@ from __future__ import annotations
 
 import datetime
 import sys
+import typing
 from collections.abc import Mapping
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, ClassVar, TypeVar
+from typing import Any
 
-from harness import files
+from harness import codec, files
+from harness.codec import omitted_when
 from harness.measurement import Measurement, PerCall
 from harness.settings import REPO, Settings
 from harness.stats import Interval
@@ -26,32 +28,11 @@ from harness.stats import Interval
 LOG_NAME = "runs.jsonl"
 FORGET = "forget"  # the kind of a log line that drops the earlier records of one solution
 Data = Mapping[str, Any]
-
-
-Flat = TypeVar("Flat", bound="_Flat")
-
-
-class _Flat:
-    """`to_dict` and `from_dict` for a frozen dataclass of plain values (tuples as lists)."""
-
-    __dataclass_fields__: ClassVar[dict[str, Any]]  # what makes it a dataclass, for mypy
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            f.name: list(item) if isinstance(item := getattr(self, f.name), tuple) else item
-            for f in fields(self)
-        }
-
-    @classmethod
-    def from_dict(cls: type[Flat], data: Data) -> Flat:
-        """Keys it does not know are ignored (an older or newer record's)."""
-        known = {f.name for f in fields(cls)}
-        plain = {k: tuple(v) if isinstance(v, list) else v for k, v in data.items() if k in known}
-        return cls(**plain)
+OMIT_NONE = omitted_when(None)  # a key written only where it applies
 
 
 @dataclass(frozen=True)
-class GpuState(_Flat):
+class GpuState:
     """The GPU's SM clock and temperature over a row's samples (harness.measure.gpustate)."""
 
     sm_mhz: tuple[int, ...]  # lowest and highest
@@ -62,7 +43,7 @@ class GpuState(_Flat):
 
 
 @dataclass(frozen=True)
-class CompileBaseline(_Flat):
+class CompileBaseline:
     """The torch.compile'd reference a row is compared with (harness.results.baselines)."""
 
     median_us: float
@@ -75,7 +56,7 @@ class CompileBaseline(_Flat):
 
 
 @dataclass(frozen=True)
-class Witness(_Flat):
+class Witness:
     """What Nsight Compute counted for one call of the solution (run.py --ncu,
     harness.run.ncu): bytes its kernels read from and wrote to DRAM, and wrote to L2."""
 
@@ -112,88 +93,42 @@ class BenchRow:
     launch_bound: bool | None = None
     bytes: int | None = None  # what the problem must move ...
     flops: int | None = None  # ... and compute
-    spot_checks: int | None = None  # timed calls whose output was checked (not in graph mode)
-    wall_us: float | None = None  # the wall-clock cross-check per call (not in graph mode)
-    compile: CompileBaseline | None = None
-    vs_compile: Interval | None = None  # speedup over `compile`, unless it gave a wrong answer
-    witness: Witness | None = None  # what Nsight Compute counted (run.py --ncu)
-    backward: str | None = None  # "backward" or "forward+backward": a pass's row, else None
-    per_call: PerCall | None = None  # host time included (GPU rows since 2026-12-01)
-    host_bound: str | None = None  # "reference" or "solution": per-call and device speedups part
-
-    def to_dict(self) -> dict[str, Any]:
-        data = {
-            "name": self.name,
-            "inputs": list(self.inputs),
-            "reference": self.reference.to_dict(),
-            "solution": self.solution.to_dict(),
-            "speedup": (self.speedup.to_dict() if self.speedup else None),
-            "mode": self.mode,
-            "stop": self.stop,
-            "note": self.note,
-            "state": self.state.to_dict() if self.state else None,
-            "floor_us": self.floor_us,
-            "launch_bound": self.launch_bound,
-            "bytes": self.bytes,
-            "flops": self.flops,
-        }
-        present_only = {  # keys a row carries only when they apply
-            "spot_checks": self.spot_checks,
-            "wall_us": self.wall_us,
-            "per_call": self.per_call.to_dict() if self.per_call else None,
-            "host_bound": self.host_bound,
-            "compile": self.compile.to_dict() if self.compile else None,
-            "vs_compile": (self.vs_compile.to_dict() if self.vs_compile else None),
-            "witness": self.witness.to_dict() if self.witness else None,
-            "backward": self.backward,
-        }
-        return {**data, **{k: v for k, v in present_only.items() if v is not None}}
-
-    @classmethod
-    def from_dict(cls, data: Data) -> BenchRow:
-        state, compiled, witness = data.get("state"), data.get("compile"), data.get("witness")
-        per_call = data.get("per_call")
-        return cls(
-            name=data["name"],
-            inputs=tuple(data.get("inputs") or ()),
-            reference=Measurement.from_dict(data["reference"]),
-            solution=Measurement.from_dict(data["solution"]),
-            speedup=Interval.read(data.get("speedup")),
-            mode=data.get("mode"),
-            stop=data.get("stop"),
-            note=data.get("note"),
-            state=GpuState.from_dict(state) if state else None,
-            floor_us=data.get("floor_us"),
-            launch_bound=data.get("launch_bound"),
-            bytes=data.get("bytes"),
-            flops=data.get("flops"),
-            spot_checks=data.get("spot_checks"),
-            wall_us=data.get("wall_us"),
-            compile=CompileBaseline.from_dict(compiled) if compiled else None,
-            vs_compile=Interval.read(data.get("vs_compile")),
-            witness=Witness.from_dict(witness) if witness else None,
-            backward=data.get("backward"),
-            per_call=PerCall.from_dict(per_call) if per_call else None,
-            host_bound=data.get("host_bound"),
-        )
+    spot_checks: int | None = field(
+        default=None, metadata=OMIT_NONE
+    )  # timed calls whose output was checked (not in graph mode)
+    wall_us: float | None = field(
+        default=None, metadata=OMIT_NONE
+    )  # the wall-clock cross-check per call (not in graph mode)
+    compile: CompileBaseline | None = field(default=None, metadata=OMIT_NONE)
+    vs_compile: Interval | None = field(
+        default=None, metadata=OMIT_NONE
+    )  # speedup over `compile`, unless it gave a wrong answer
+    witness: Witness | None = field(
+        default=None, metadata=OMIT_NONE
+    )  # what Nsight Compute counted (run.py --ncu)
+    backward: str | None = field(
+        default=None, metadata=OMIT_NONE
+    )  # "backward" or "forward+backward": a pass's row, else None
+    per_call: PerCall | None = field(
+        default=None, metadata=OMIT_NONE
+    )  # host time included (GPU rows since 2026-12-01)
+    host_bound: str | None = field(
+        default=None, metadata=OMIT_NONE
+    )  # "reference" or "solution": per-call and device speedups part
 
 
 @dataclass(frozen=True)
-class Build(_Flat):
+class Build:
     """An extension the solution built while it was imported."""
 
     name: str
     cuda: bool
     seconds: float | None = None
-    cached: bool = False  # loaded from the build cache, nothing compiled
-
-    def to_dict(self) -> dict[str, Any]:
-        data = super().to_dict()
-        return data if self.cached else {k: v for k, v in data.items() if k != "cached"}
+    cached: bool = field(default=False, metadata=omitted_when(False))  # from the build cache
 
 
 @dataclass(frozen=True)
-class Ceiling(_Flat):
+class Ceiling:
     """The GPU's copy bandwidth, the roof of the 'of copy' column (harness.measure.roofline)."""
 
     copy_gbps: float
@@ -210,7 +145,7 @@ LOAD_FIELDS = ("load_1m", "cpu_count", "gpu_processes")
 
 
 @dataclass(frozen=True)
-class Machine(_Flat):
+class Machine:
     """The machine a run happened on (harness.run.machine.describe); the GPU's own fields
     (GPU_FIELDS) are recorded only where there is a GPU. Its load when the solution's run
     began (LOAD_FIELDS, harness.run.machine.load) is left out where it was not read, as in
@@ -226,22 +161,20 @@ class Machine(_Flat):
     host: str | None = None
     commit: str | None = None  # "-dirty" when tracked files differed from it
     time: str | None = None
-    capability: str | None = None
-    sm_count: int | None = None
-    l2_bytes: int | None = None
-    memory_bytes: int | None = None
-    driver: str | None = None
-    load_1m: float | None = None  # the 1-minute load average (os.getloadavg)
-    cpu_count: int | None = None  # the host's logical CPUs, which that average is shared by
-    gpu_processes: int | None = None  # other processes on the GPU (NVML, where it is available)
-
-    def to_dict(self) -> dict[str, Any]:
-        left_out = () if self.gpu else GPU_FIELDS
-        return {
-            k: v
-            for k, v in super().to_dict().items()
-            if k not in left_out and not (k in LOAD_FIELDS and v is None)
-        }
+    capability: str | None = field(default=None, metadata=OMIT_NONE)
+    sm_count: int | None = field(default=None, metadata=OMIT_NONE)
+    l2_bytes: int | None = field(default=None, metadata=OMIT_NONE)
+    memory_bytes: int | None = field(default=None, metadata=OMIT_NONE)
+    driver: str | None = field(default=None, metadata=OMIT_NONE)
+    load_1m: float | None = field(
+        default=None, metadata=OMIT_NONE
+    )  # the 1-minute load average (os.getloadavg)
+    cpu_count: int | None = field(
+        default=None, metadata=OMIT_NONE
+    )  # the host's logical CPUs, which that average is shared by
+    gpu_processes: int | None = field(
+        default=None, metadata=OMIT_NONE
+    )  # other processes on the GPU (NVML, where it is available)
 
 
 @dataclass(frozen=True)
@@ -270,91 +203,53 @@ class RunRecord:
     benchmarks: tuple[BenchRow, ...] = ()
     warnings: tuple[str, ...] = ()
     ceiling: Ceiling | None = None
-    device: str | None = None  # where the solution ran ("cpu" for a C++ one on a GPU machine)
-    reason: str | None = None  # the rule a "rejected" solution broke
-    builds: tuple[Build, ...] | None = None
-    build_s: float | None = None
+    device: str | None = field(
+        default=None, metadata=OMIT_NONE
+    )  # where the solution ran ("cpu" for a C++ one on a GPU machine)
+    reason: str | None = field(
+        default=None, metadata=OMIT_NONE
+    )  # the rule a "rejected" solution broke
+    builds: tuple[Build, ...] | None = field(default=None, metadata=OMIT_NONE)
+    build_s: float | None = field(default=None, metadata=OMIT_NONE)
     # Of the solution's device time in its profiled call, from 0 to 1 (harness.measure.profiling)
-    own_share: float | None = None  # in its own kernels
-    reference_share: float | None = None  # in kernels the reference launches too
-    reference_hash: str | None = None  # the reference's sources (toolchain.source_hash)
-    phase_s: dict[str, float] | None = None  # seconds in each step of the worker (isolate)
-
-    def to_dict(self) -> dict[str, Any]:
-        """The record as its JSON line holds it."""
-        data = {
-            **{name: getattr(self, name) for name in _PLAIN_FIELDS},
-            "settings": self.settings.to_dict(),
-            "machine": self.machine.to_dict(),
-            "benchmarks": [bench.to_dict() for bench in self.benchmarks],
-            "warnings": list(self.warnings),
-            "ceiling": self.ceiling.to_dict() if self.ceiling else None,
-        }
-        builds = None if self.builds is None else [b.to_dict() for b in self.builds]
-        present_only: dict[str, Any] = {
-            "device": self.device,
-            "reason": self.reason,
-            "builds": builds,
-            "build_s": self.build_s,
-            "own_share": self.own_share,
-            "reference_share": self.reference_share,
-            "reference_hash": self.reference_hash,
-            "phase_s": self.phase_s,
-        }
-        return {**data, **{k: v for k, v in present_only.items() if v is not None}}
-
-    @classmethod
-    def from_dict(cls, data: Data) -> RunRecord:
-        """A record from its JSON form, as any run has written it."""
-        ceiling = data.get("ceiling")
-        return cls(
-            **reported(data),
-            **{name: data[name] for name in _PLAIN_FIELDS},
-            settings=Settings.from_dict(dict(data["settings"])),
-            machine=Machine.from_dict(data["machine"]),
-            benchmarks=tuple(BenchRow.from_dict(b) for b in data.get("benchmarks") or ()),
-            warnings=tuple(data.get("warnings") or ()),
-            ceiling=Ceiling.from_dict(ceiling) if ceiling else None,
-        )
+    own_share: float | None = field(default=None, metadata=OMIT_NONE)  # in its own kernels
+    reference_share: float | None = field(
+        default=None, metadata=OMIT_NONE
+    )  # in kernels the reference launches too
+    reference_hash: str | None = field(
+        default=None, metadata=OMIT_NONE
+    )  # the reference's sources (toolchain.source_hash)
+    phase_s: dict[str, float] | None = field(
+        default=None, metadata=OMIT_NONE
+    )  # seconds in each step of the worker (isolate)
 
 
 def reported(data: Data) -> dict[str, Any]:
-    """The fields a worker reports beyond its verdict, each None where `data` lacks it: as a
-    record holds them (`RunRecord.from_dict`) or as the worker sends them (the session)."""
-    builds = data.get("builds")
+    """The fields a worker reports beyond its verdict (REPORTED), each None where `data` lacks
+    it, as the record holds them."""
+    hints = typing.get_type_hints(RunRecord)
     return {
-        "device": data.get("device"),
-        "reason": data.get("reason"),
-        "builds": None if builds is None else tuple(Build.from_dict(b) for b in builds),
-        "build_s": data.get("build_s"),
-        "own_share": data.get("own_share"),
-        "reference_share": data.get("reference_share"),
-        "reference_hash": data.get("reference_hash"),
-        "phase_s": data.get("phase_s"),
+        name: None if data.get(name) is None else codec.decode_value(hints[name], data[name])
+        for name in REPORTED
     }
 
 
-# Fields written and read as they are; each is in every record ever written.
-_PLAIN_FIELDS = (
-    "run_id",
-    "time",
-    "problem",
-    "reference",
-    "solution",
-    "solution_path",
-    "solution_hash",
-    "log",
-    "cases",
-    "status",
-    "detail",
-    "checks",
+REPORTED = (
+    "device",
+    "reason",
+    "builds",
+    "build_s",
+    "own_share",
+    "reference_share",
+    "reference_hash",
+    "phase_s",
 )
 
 
 def append(folder: Path, record: RunRecord) -> None:
     """Append `record` to the folder's run log as one JSON line (whole, even when several
     runs write the folder at once)."""
-    files.append(folder, record.to_dict(), LOG_NAME)
+    files.append(folder, codec.encode(record), LOG_NAME)
 
 
 def forget(folder: Path, problem: str, solution: str) -> list[str]:
@@ -389,7 +284,7 @@ def read(folder: Path) -> list[RunRecord]:
             records = [r for r in records if (r.problem, r.solution_path) != gone]
             continue
         try:
-            records.append(RunRecord.from_dict(data))
+            records.append(codec.decode(RunRecord, data))
         except (KeyError, TypeError, ValueError):
             skipped += 1
     if skipped:

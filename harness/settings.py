@@ -12,7 +12,7 @@ import argparse
 import dataclasses
 import os
 import secrets
-from collections.abc import Collection
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
@@ -245,48 +245,16 @@ class Settings:
         under --as kernelbench, so rows judged two ways never share a table."""
         return "" if self.checking.profile == HARNESS else f"-{self.checking.profile}"
 
-    def to_dict(self) -> dict[str, Any]:
-        """The settings as JSON-ready values (paths as strings), nested as the classes are."""
-        return _plain(dataclasses.asdict(self))
-
-    @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> Settings:
-        """Settings from `to_dict`'s form, or from the flat form records had before (device,
-        trials, seed, secret, rule, graph, flush, arch); missing values take the defaults."""
-        if "checking" not in data:
-            data = {
-                **data,
-                "checking": data,
-                "timing": {**data, "rule": _known(StopRule, data.get("rule") or {})},
-            }
-        return _build(cls, data)
-
-
-def _plain(value: Any) -> Any:
-    if isinstance(value, dict):
-        return {key: _plain(item) for key, item in value.items()}
-    return str(value) if isinstance(value, Path) else value
-
-
-def _known(cls: type, data: dict[str, Any]) -> dict[str, Any]:
-    names = {f.name for f in fields(cls)}
-    return {key: value for key, value in data.items() if key in names}
-
-
-def _build(cls: type, data: dict[str, Any]) -> Any:
-    """`cls` from a dict, nested dataclasses from nested dicts; unknown keys are ignored."""
-    values = {}
-    for f in fields(cls):
-        if f.name not in data or (data[f.name] is None and f.default is not None):
-            continue
-        value = data[f.name]
-        default = f.default
-        if dataclasses.is_dataclass(default) and isinstance(value, dict):
-            value = _build(type(default), value)
-        elif isinstance(default, Path):
-            value = Path(value)
-        values[f.name] = value
-    return cls(**values)
+    @staticmethod
+    def upgraded(data: Mapping[str, Any]) -> Mapping[str, Any]:
+        """The JSON form of settings (harness.codec) from the flat form records had before
+        (device, trials, seed, secret, rule, graph, flush, arch); missing values take the
+        defaults."""
+        if "checking" in data:
+            return data
+        names = {f.name for f in fields(StopRule)}
+        rule = {key: value for key, value in (data.get("rule") or {}).items() if key in names}
+        return {**data, "checking": data, "timing": {**data, "rule": rule}}
 
 
 # Flags -------------------------------------------------------------------------------------

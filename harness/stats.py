@@ -17,7 +17,7 @@ statistics rather than a normal model:
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -32,14 +32,6 @@ class Interval:
     value: float
     low: float
     high: float
-
-    def to_dict(self) -> dict[str, float]:
-        return {"value": self.value, "low": self.low, "high": self.high}
-
-    @classmethod
-    def read(cls, data: Mapping[str, float] | None) -> Interval | None:
-        """The interval `to_dict` wrote, or None where none was written."""
-        return cls(data["value"], data["low"], data["high"]) if data else None
 
 
 def relative_standard_error(samples: Sequence[float]) -> float:

@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from harness import files, record, status
+from harness import codec, files, record, status
 from harness.record import RunRecord
 from harness.results import baselines, comparison, flagged, report, summary
 from harness.settings import StopRule
@@ -78,8 +78,8 @@ def test_new_records_write_back_the_json_they_were_read_from(
     assert len(issue_5) == 6
     for read in issue_5:
         (line,) = [d for d in lines if (d["time"], d["solution"]) == (read.time, read.solution)]
-        written = read.to_dict()
-        assert written.pop("settings") == read.settings.to_dict()
+        written = codec.encode(read)
+        assert written.pop("settings") == codec.encode(read.settings)
         assert written == {k: v for k, v in line.items() if k != "settings"}
 
 
@@ -102,7 +102,7 @@ def test_records_with_whole_settings_write_back_exactly(
         (line,) = [d for d in lines if (d["time"], d["solution"]) == (read.time, read.solution)]
         settings = {**line["settings"], **SETTINGS_ADDED}
         settings["checking"] = {**settings["checking"], **CHECKING_ADDED}
-        assert read.to_dict() == {**line, "settings": settings}
+        assert codec.encode(read) == {**line, "settings": settings}
     fast = of_run(records, ISSUE_11_RUN, "smooth_l1", "fast_cuda")
     assert fast.machine.commit == "f8defa8" and fast.settings.timing.compile is True
     assert fast.settings.checking.secret > 0 and fast.settings.device == "cuda:0"

@@ -25,6 +25,7 @@ from pathlib import Path
 import pytest
 
 import run
+from harness import codec
 from harness.record import LOG_NAME
 from harness.record import read as read_records
 from harness.run import driving
@@ -147,7 +148,7 @@ def test_broken_problems_among_others_do_not_stop_the_run(
     assert "problem_no_get_inputs.py is not a KernelBench problem" in errors[1]
     recorded = read_records(session.folder)
     assert [(r.problem, r.solution) for r in recorded] == [("toy", "good")]
-    assert passed_every_check(recorded[0].to_dict()), recorded[0].detail
+    assert passed_every_check(codec.encode(recorded[0])), recorded[0].detail
     assert re.search(r"^\| good +\| ", (session.folder / "toy.md").read_text(), re.MULTILINE)
     assert (session.folder / "summary.md").exists()
 

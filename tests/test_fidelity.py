@@ -10,9 +10,9 @@ from typing import Any
 import pytest
 import torch
 
+from harness import codec, stats, status
 from harness import record as record_
 from harness import settings as settings_
-from harness import stats, status
 from harness.errors import UserError, Verdict
 from harness.loading import Problem, import_file, load_problem
 from harness.measure import checking, kernelbench, percall
@@ -228,7 +228,7 @@ def test_a_row_carries_its_per_call_speedup_through_the_log_table_and_csv() -> N
     row = bench(100.0, 150.0)
     per_call = PerCall(timing(180.0, 1), timing(100.0, 2), stats.Interval(1.8, 1.7, 1.9))
     row = dataclasses.replace(row, per_call=per_call, host_bound="reference")
-    assert BenchRow.from_dict(row.to_dict()) == row
+    assert codec.decode(BenchRow, codec.encode(row)) == row
     columns = report._timing_columns(row, None)
     assert columns["per_call_speedup"] == 1.8 and columns["host_bound"] == "reference"
     found = "; ".join(flagged.flags(row, columns, report.bench_speedup(row)))

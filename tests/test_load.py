@@ -13,6 +13,7 @@ import pandas as pd
 import pytest
 import torch
 
+from harness import codec
 from harness import record as run_log
 from harness.measure import gpustate
 from harness.record import Machine
@@ -26,13 +27,14 @@ QUIET = {"load_1m": 12.0, "cpu_count": 16}
 
 def test_the_load_reads_back_and_is_left_out_where_not_read() -> None:
     recorded = Machine(gpu="NVIDIA H200", load_1m=24.3, cpu_count=16, gpu_processes=0)
-    data = recorded.to_dict()
+    data = codec.encode(recorded)
     assert (data["load_1m"], data["cpu_count"], data["gpu_processes"]) == (24.3, 16, 0)
-    assert Machine.from_dict(data) == recorded
+    assert codec.decode(Machine, data) == recorded
     assert (
-        not {"load_1m", "cpu_count", "gpu_processes"} & Machine(gpu="NVIDIA H200").to_dict().keys()
+        not {"load_1m", "cpu_count", "gpu_processes"}
+        & codec.encode(Machine(gpu="NVIDIA H200")).keys()
     )
-    assert "gpu_processes" not in Machine(load_1m=1.0, cpu_count=2).to_dict()
+    assert "gpu_processes" not in codec.encode(Machine(load_1m=1.0, cpu_count=2))
 
 
 def flags_of(*runs) -> dict[str, str]:

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from harness import record
+from harness import codec, record
 from harness.loading import load_problem
 from harness.measure import gpustate, roofline
 from harness.record import Ceiling, GpuState, Measurement
@@ -70,7 +70,7 @@ def baseline_entry(run_id: str, compiled_us: float, mismatch: str | None = None)
         "time": "2026-11-29T10:00:00+00:00",
         "compile_s": 3.0,
         "mismatch": mismatch,
-        "compiled": make.timing(compiled_us, seed=5).to_dict(),
+        "compiled": codec.encode(make.timing(compiled_us, seed=5)),
         **H200,
     }
 

@@ -10,7 +10,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from harness import files, record
+from harness import codec, files, record
 from harness.record import BenchRow, Measurement, RunRecord
 from harness.results import rendering, report, shown
 from tests import records_factory as make
@@ -66,13 +66,13 @@ def test_a_record_reads_back_equal_to_the_one_written(tmp_path: Path) -> None:
 
 def test_the_shares_of_device_time_are_written_only_where_measured(tmp_path: Path) -> None:
     cpu = run("cpu")  # no kernels profiled: no shares, and no keys for them
-    assert cpu.own_share is None and "own_share" not in cpu.to_dict()
+    assert cpu.own_share is None and "own_share" not in codec.encode(cpu)
     gpu = replace(run("gpu", benchmarks=[timed(10.0, 20.0)]), own_share=0.9, reference_share=0.0)
     leaf = replace(run("leaf", status="rejected"), own_share=0.25, reference_share=0.75)
     for written in (cpu, gpu, leaf):
         record.append(tmp_path, written)
     assert record.read(tmp_path) == [cpu, gpu, leaf]
-    assert gpu.to_dict()["own_share"] == 0.9 and gpu.to_dict()["reference_share"] == 0.0
+    assert codec.encode(gpu)["own_share"] == 0.9 and codec.encode(gpu)["reference_share"] == 0.0
     _, csv_path = report.write_tables(tmp_path, "p", [cpu, gpu, leaf])
     frame = pd.read_csv(csv_path).set_index("solution")
     assert pd.isna(frame.loc["cpu", "own_share"]) and pd.isna(frame.loc["cpu", "reference_share"])

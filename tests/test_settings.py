@@ -11,7 +11,7 @@ import pytest
 import torch
 
 import run
-from harness import settings, status
+from harness import codec, settings, status
 from harness.errors import Verdict
 from harness.loading import load_problem
 from harness.matching import Tolerance, tolerance
@@ -100,10 +100,10 @@ def test_settings_are_recorded_whole_and_read_back() -> None:
         checking=Checking(trials=2, secret=99, tolerance=Tolerance(atol=1e-3)),
         timing=Timing(rule=StopRule(min_samples=3), graph=True),
     )
-    data = made.to_dict()
+    data = codec.encode(made)
     assert data["checking"]["tolerance"] == {"atol": 1e-3, "rtol": None}
     assert isinstance(data["places"]["results_dir"], str)
-    assert Settings.from_dict(data) == made
+    assert codec.decode(Settings, data) == made
 
 
 def test_the_flat_settings_of_older_records_still_read() -> None:
@@ -118,7 +118,7 @@ def test_the_flat_settings_of_older_records_still_read() -> None:
         "arch": "9.0",
         "reps": 100,  # older still: ignored
     }
-    read = Settings.from_dict(old)
+    read = codec.decode(Settings, old)
     assert read.device == "cuda:0" and read.arch == "9.0"
     assert read.checking == Checking(5, 42, 123)
     assert read.timing.graph is True and read.timing.flush == "write"

@@ -10,7 +10,7 @@ from collections.abc import Sequence
 import pytest
 import torch
 
-from harness import stats
+from harness import codec, stats
 from harness.measure.timing import (
     CudaTimer,
     Measurement,
@@ -188,17 +188,17 @@ def test_statistics_follow_from_the_samples() -> None:
 
 def test_measurement_round_trips_through_a_record() -> None:
     m = Measurement((3.0, 1.0, 2.0), "cuda_events", host_us=4.0)
-    data = m.to_dict()
+    data = codec.encode(m)
     assert data["median_us"] == 2.0 and data["count"] == 3 and data["min_us"] == 1.0
     assert data["median_low_us"] <= 2.0 <= data["median_high_us"]
-    assert Measurement.from_dict(data) == m
+    assert codec.decode(Measurement, data) == m
 
 
 def test_measurement_says_whether_the_call_waits_for_the_device() -> None:
     waits = Measurement((3.0, 1.0, 2.0), "cuda_events", host_us=4.0, synchronizes=True)
-    assert waits.to_dict()["synchronizes"] is True
-    assert Measurement.from_dict(waits.to_dict()) == waits
-    assert "synchronizes" not in Measurement((1.0,), "wall_clock").to_dict()  # unknown: unsaid
+    assert codec.encode(waits)["synchronizes"] is True
+    assert codec.decode(Measurement, codec.encode(waits)) == waits
+    assert "synchronizes" not in codec.encode(Measurement((1.0,), "wall_clock"))  # unknown: unsaid
 
 
 @pytest.mark.parametrize(

@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 import run
+from harness import codec
 from harness.record import BenchRow, Witness
 from harness.results import report
 from harness.run import ncu
@@ -73,10 +74,10 @@ def test_a_row_without_a_witness_has_no_ncu_columns_and_no_flag() -> None:
 
 def test_the_witness_round_trips_through_a_record() -> None:
     row = witnessed_row(5, 10)
-    data = json.loads(json.dumps(row.to_dict()))
+    data = json.loads(json.dumps(codec.encode(row)))
     assert data["witness"] == {"kernels": 1, "dram_read": 5, "dram_write": 0, "l2_write": 0}
-    assert BenchRow.from_dict(data) == row
-    assert "witness" not in make.bench(1.0, 2.0).to_dict()
+    assert codec.decode(BenchRow, data) == row
+    assert "witness" not in codec.encode(make.bench(1.0, 2.0))
 
 
 SPEC = {"problem": "toy", "reference": "r.py", "solution": "s.py", "content_hash": "abc"}

@@ -36,7 +36,7 @@ from typing import Any
 
 import torch
 
-from harness import accuracy, stats, status
+from harness import accuracy, codec, stats, status
 from harness.inputs import Seeds, make_inputs, replicate_all
 from harness.loading import Case, Problem
 from harness.matching import mismatch, tolerance
@@ -293,10 +293,10 @@ def _sample(
     for name, measured in sampled.measurements.items():
         per_model = tuple(t / per_call for t in measured.times_us)
         scaled = dataclasses.replace(measured, times_us=per_model)
-        row[name] = scaled.to_dict()
+        row[name] = codec.encode(scaled)
     first, second = list(models)
     ratio = stats.mean_ratio if as_kernelbench else stats.paired_ratio
-    row["speedup"] = ratio(row[first]["times_us"], row[second]["times_us"]).to_dict()
+    row["speedup"] = codec.encode(ratio(row[first]["times_us"], row[second]["times_us"]))
     row["state"] = probe.summary() if probe else None
     solution = calls.get("solution")
     if checker is not None and isinstance(solution, feeding.Feed):

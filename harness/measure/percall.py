@@ -18,7 +18,7 @@ from typing import Any
 
 import torch
 
-from harness import stats, status
+from harness import codec, stats, status
 from harness.measure import timing
 from harness.measure.checking import guard
 from harness.measure.timing import Call, L2Flush, prepare_call
@@ -81,7 +81,7 @@ def measure(
     reference, solution = sampled.measurements["reference"], sampled.measurements["solution"]
     speedup = stats.paired_ratio(reference.times_us, solution.times_us)
     return {
-        "per_call": PerCall(reference, solution, speedup).to_dict(),
+        "per_call": codec.encode(PerCall(reference, solution, speedup)),
         "host_bound": host_bound(device_speedup, speedup.value),
     }
 

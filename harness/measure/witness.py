@@ -19,6 +19,7 @@ from typing import Any
 
 import torch
 
+from harness import codec
 from harness.inputs import Seeds, make_inputs
 from harness.loading import import_file
 from harness.measure.checking import build_models
@@ -28,7 +29,7 @@ from harness.settings import Settings
 
 def count_one_call(spec: dict[str, Any], index: int) -> None:
     """Make benchmark `index`'s call once untimed, then once between the profiler's marks."""
-    settings = Settings.from_dict(spec["settings"])
+    settings = codec.decode(Settings, spec["settings"])
     named = {key: spec[key] for key in ("problem", "reference", "solution", "content_hash")}
     job = Job(**named, log_path="", settings=settings)
     problem, device = setup(job)  # as the worker that timed it: TF32 off, the same build folder

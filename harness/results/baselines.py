@@ -15,7 +15,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from harness import files, stats
+from harness import codec, files, stats
 from harness.record import BenchRow, CompileBaseline, Measurement
 from harness.stats import Interval
 
@@ -56,7 +56,7 @@ def versus(
     if not matching:
         return None, None
     entry = matching[-1]
-    compiled = Measurement.from_dict(entry["compiled"])
+    compiled = codec.decode(Measurement, entry["compiled"])
     interval = compiled.interval
     baseline = CompileBaseline(
         median_us=compiled.median_us,

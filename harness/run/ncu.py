@@ -27,7 +27,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from harness import toolchain
+from harness import codec, toolchain
 from harness.record import BenchRow, Witness
 from harness.settings import REPO, Settings
 
@@ -115,7 +115,7 @@ def witness_rows(
         return rows, ["ncu witness skipped: no ncu (Nsight Compute) on PATH or in CUDA_HOME/bin"]
     log.parent.mkdir(parents=True, exist_ok=True)
     spec_path = log.with_suffix(".ncu.json")
-    spec_path.write_text(json.dumps({**spec, "settings": settings.to_dict()}), encoding="utf-8")
+    spec_path.write_text(json.dumps({**spec, "settings": codec.encode(settings)}), encoding="utf-8")
     witnessed, warnings = [], []
     index = -1  # the benchmark's place among the forward rows
     for row in rows:

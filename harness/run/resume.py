@@ -11,7 +11,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from harness import record
+from harness import codec, record
 from harness.record import RunRecord
 from harness.run.discovery import ProblemSource
 from harness.settings import Settings
@@ -24,7 +24,7 @@ TOOLCHAIN = ("torch", "cuda", "gpu")  # of the machine, beside the settings' arc
 
 def comparable(settings: Settings) -> dict[str, Any]:
     """The settings that decide a verdict and its numbers, as a dict."""
-    data = settings.to_dict()
+    data = codec.encode(settings)
     data.pop("places", None)
     data["checking"] = {k: v for k, v in data["checking"].items() if k != "secret"}
     data["device"] = str(data["device"]).partition(":")[0]  # cuda:1 and cuda:0 alike

@@ -11,7 +11,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from harness import files, record, status, toolchain
+from harness import codec, files, record, status, toolchain
 from harness.errors import HarnessError, UserError
 from harness.loading import Problem, load_problem
 from harness.measure import roofline
@@ -195,7 +195,7 @@ class Session:
         """The record of a judged job, each benchmark row with its torch.compile baseline from
         `compiled` where one matches, and the machine (with its load) where the job ran."""
         solution, log_path = Path(job.solution), Path(job.log_path)
-        measured = [BenchRow.from_dict(bench) for bench in result["benchmarks"]]
+        measured = [codec.decode(BenchRow, bench) for bench in result["benchmarks"]]
         witnessed: list[str] = []
         if self.settings.ncu and result["status"] == status.OK and measured:
             device = result.get("device") or job.settings.device
@@ -214,7 +214,7 @@ class Session:
             log=_shown(log_path) if log_path.exists() else None,
             cases=cases,
             settings=job.settings,
-            machine=Machine.from_dict(where),
+            machine=codec.decode(Machine, where),
             status=result["status"],
             detail=result["detail"],
             checks=result["checks"],
@@ -223,7 +223,7 @@ class Session:
                 for row, (baseline, speedup) in zip(measured, versus, strict=True)
             ),
             warnings=tuple(scan.scan(solution) + result.get("warnings", []) + witnessed),
-            ceiling=Ceiling.from_dict(measured_ceiling) if measured_ceiling else None,
+            ceiling=codec.decode(Ceiling, measured_ceiling) if measured_ceiling else None,
             **record.reported({**result, "reference_hash": self.reference_hash(source)}),
         )
 
@@ -267,7 +267,7 @@ class Session:
         if compiled and last.settings.arch == self.settings.arch:
             names = ", ".join(compiled)
             detail = f"{names} compiled by run {last.run_id}; not run: no CUDA device"
-            return {**isolate.failure(status.NO_GPU, detail), "builds": last.to_dict()["builds"]}
+            return {**isolate.failure(status.NO_GPU, detail), "builds": codec.encode(last.builds)}
         return None
 
     def compile_baselines(
