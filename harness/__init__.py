@@ -57,6 +57,7 @@ results/   reads recorded files only (no GPU, no worker): what people read
 Shared by all three, importing no wing:
     settings   the run's settings: declared once, made from the flags, carried whole
     record     the typed record of a run and its benchmark rows; writes and reads the run log
+    codec      dataclasses to JSON and back, for the run log, the worker's messages, the specs
     measurement  a call's raw timings and the statistics derived from them
     files      locked folders, atomic writes, JSON-lines logs
     loading    import a reference and read its optional extras (tolerances, cases, benchmarks)

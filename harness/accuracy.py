@@ -14,8 +14,8 @@ at each element the largest of that error and of DRAWS more draws of it (the ref
 its dtype and wide on copies of the inputs, some elements moved one unit in the last place), and at
 least the median of that over the output tensor. One draw of a rounding error can be about zero
 by luck, or by a symmetry of the inputs; another summation order must still pass there. The
-figures behind the constants are in README.md ("How a solution is judged") and were measured by
-tuning/issue12_accuracy.py.
+figures behind the constants are in docs/judging.md ("How a solution is judged") and were
+measured by tuning/accuracy_float32_vs_float64.py.
 
 The wide runs cost 1 + 2 * DRAWS model calls, so they are made only for a comparison that the
 dtype tolerance rejects (`Exact`). Where they cannot be made (an op without a float64 kernel, a
@@ -32,10 +32,10 @@ import torch
 
 WIDE = torch.float64  # the exact answer's dtype
 # A solution may err this many times the reference's own error (its scale, see above).
-# Measured on the CPU (README): honest other orders of sums and products of 1e5..1e6 terms need
-# up to 30x (32 lanes each summing 8192 terms one after another, a dot product whose exact
-# answer is 0), float16 arithmetic in a float32 problem 164x (a matrix-vector product) to 1e5x,
-# tanh-GELU 1.1e4x, a LayerNorm off by 1e-2 2e5x.
+# Measured on the CPU (docs/judging.md): honest other orders of sums and products of 1e5..1e6
+# terms need up to 30x (32 lanes each summing 8192 terms one after another, a dot product whose
+# exact answer is 0), float16 arithmetic in a float32 problem 164x (a matrix-vector product) to
+# 1e5x, tanh-GELU 1.1e4x, a LayerNorm off by 1e-2 2e5x.
 MULTIPLE = 32.0
 FLOOR_ULPS = 2.0  # ... plus this many units in the last place of the exact answer (its rounding)
 DRAWS = 4  # more draws of the reference's own error, on inputs moved by one ulp

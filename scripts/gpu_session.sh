@@ -8,7 +8,7 @@
 #   GIT_COMMIT=<sha> bash scripts/gpu_session.sh checks    every GPU test (scripts/gpu_tests.sh)
 #   GIT_COMMIT=<sha> bash scripts/gpu_session.sh sanitize  memcheck on the fast kernels' cases
 #   KB_SRC=<KernelBench checkout> KB_PROBLEMS=<its level1 files> bash scripts/gpu_session.sh \
-#       kernelbench   the side-by-side with KernelBench's own evaluator (README, "Judged as
+#       kernelbench   the side-by-side with KernelBench's own evaluator (docs/kernelbench.md, "Judged as
 #                     KernelBench judges"): builds first, KernelBench's evaluator, then the
 #                     profile's sweep as far as time allows; both KB paths outside git, carried
 #   KB_PROBLEMS=... bash scripts/gpu_session.sh kernelbench-rest

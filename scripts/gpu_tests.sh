@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Every test that needs a GPU, in one command (README, "Development"), on a GPU machine:
+# Every test that needs a GPU, in one command (docs/development.md), on a GPU machine:
 #   bash scripts/gpu_tests.sh [PYTEST ARGS...]
 # 1. The extensions the tests build are built first, in parallel, with the harness's own build
 #    pool (run.py --build-only, into run.py's build cache, which the tests share): every shipped

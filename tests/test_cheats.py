@@ -189,8 +189,9 @@ def test_a_subsampled_reduction_fails_the_case_designed_against_it(module_cli: C
 
 
 def test_without_that_case_the_tolerance_alone_lets_a_subsample_through() -> None:
-    """The known gap the README names: on a smooth 256x256 input the mean of every 4th element
-    is within float32's tolerance, so only a case designed against it catches the shortcut."""
+    """The known gap docs/anticheat.md names: on a smooth 256x256 input the mean of every 4th
+    element is within float32's tolerance, so only a case designed against it catches the
+    shortcut."""
     problem = load_problem("toy_mean", MEAN / "reference.py")
     model_new = import_file(SUBSAMPLE).ModelNew
     cpu, checking = torch.device("cpu"), Checking(trials=5, seed=42, secret=0)

@@ -1,4 +1,4 @@
-"""The README stays true: its commands, statuses and paths match the code."""
+"""The README and docs/ stay true: commands, statuses, paths and links match the tree."""
 
 import re
 import shlex
@@ -10,6 +10,12 @@ from harness import status
 from tests.conftest import REPO
 
 README = (REPO / "README.md").read_text()
+DOCS = sorted((REPO / "docs").glob("*.md"))
+# Backquoted paths under these folders must exist: a doc that names a missing file is a bug.
+TOP_FOLDERS = "problems|solutions|results|tests|harness|scripts|tuning|examples"
+README_MAX_LINES = 250  # a guide read top to bottom; reference and measurements live in docs/
+# A markdown link's target: [text](target), without a title or an anchor.
+LINK = re.compile(r"\[[^\]]*\]\(([^)\s#]*)(?:#[^)\s]*)?\)")
 
 
 def test_install_run_and_test_commands_are_the_ones_ci_runs() -> None:
@@ -27,10 +33,35 @@ def test_every_status_is_documented_with_its_meaning() -> None:
         assert row.group(1).replace("`", "") == meaning
 
 
-def test_files_the_readme_names_exist() -> None:
-    for path in re.findall(r"`((?:problems|solutions|results|tests|harness)/[\w./-]+)`", README):
+@pytest.mark.parametrize("page", [REPO / "README.md", *DOCS], ids=lambda p: p.name)
+def test_files_the_readme_and_docs_name_exist(page) -> None:
+    for path in re.findall(rf"`((?:{TOP_FOLDERS})/[\w./-]+)`", page.read_text()):
         if "<" not in path:
-            assert (REPO / path).exists(), path
+            assert (REPO / path).exists(), f"{page.name} names {path}"
+
+
+def test_the_readme_links_to_docs_that_exist() -> None:
+    targets = [t for t in LINK.findall(README) if t.startswith("docs/")]
+    assert targets, "README links to no page of docs/"
+    for target in targets:
+        assert (REPO / target).is_file(), target
+
+
+def test_every_docs_page_is_linked_from_the_readme() -> None:
+    linked = {REPO / t for t in LINK.findall(README)}
+    assert DOCS and set(DOCS) <= linked, [p.name for p in DOCS if p not in linked]
+
+
+@pytest.mark.parametrize("page", [REPO / "README.md", *DOCS], ids=lambda p: p.name)
+def test_relative_links_point_to_files_that_exist(page) -> None:
+    for target in LINK.findall(page.read_text()):
+        if target and "://" not in target:
+            assert (page.parent / target).exists(), f"{page.name} links to {target}"
+
+
+def test_the_readme_stays_short() -> None:
+    lines = len(README.splitlines())
+    assert lines <= README_MAX_LINES, f"README has {lines} lines; move reference to docs/"
 
 
 @pytest.mark.build

@@ -293,8 +293,8 @@ def _explanation(rows: list[dict[str, Any]], threshold: float) -> str:
     if split:
         counts.append(
             f"The two verdicts disagree on {split} shape(s): eager's own time moved between the "
-            "runs (the machine's load or clocks, torch, or how the harness times); README.md, "
-            "'Comparing two runs', says which to trust."
+            "runs (the machine's load or clocks, torch, or how the harness times); "
+            "docs/results.md, 'Comparing two runs', says which to trust."
         )
     return text + "\n\n" + " ".join(counts)
 
