@@ -1,5 +1,13 @@
-"""Issue 12, item 1: how far float32 PyTorch is from the exact answer, and how far honest and
-approximate kernels are, on the CPU. The figures behind harness.accuracy's constants.
+"""How far float32 PyTorch is from float64, and how many times that error honest and
+approximate kernels need: the figures behind harness.accuracy's constants (issue 12, item 1).
+
+Run on: the CPU, not the H200 (torch 2.14.1 with MKL, 2 threads), 2026-11-30; tuning/README.md
+records no commit (the script and its output came in with commit 1e3ac9a). Recorded output:
+tuning/results/accuracy_float32_vs_float64.json, and the printed table in
+tuning/results/accuracy_float32_vs_float64.txt.
+
+Measured: float32 PyTorch's own error against float64 for matrix-vector products, row sums and
+dot products of 1e5..1e6 terms, GELU, LayerNorm and a matrix product.
 
 For each computation: the reference in float32 (`ref`), the same in float64 (`wide`, taken as
 exact), and variants: honest ones (other summation orders, wider accumulation) that must pass,
@@ -18,8 +26,8 @@ for these scales of the reference's error:
 
 An honest variant passes when its largest k is below the multiple chosen, an approximation
 fails when its largest k is above it; `failed_at` counts the runs each candidate multiple would
-fail. Run: python tuning/issue12_accuracy.py [--quick]; writes
-tuning/results/issue12_accuracy.json.
+fail. Run: python tuning/accuracy_float32_vs_float64.py [--quick]; writes
+tuning/results/accuracy_float32_vs_float64.json.
 """
 
 from __future__ import annotations
@@ -102,7 +110,9 @@ def judge(s: dict, got: torch.Tensor) -> dict:
     return out
 
 
-def run(make: Callable[[torch.Generator], list[torch.Tensor]], reference: Fn, variants: dict, seeds: int) -> dict:
+def run(
+    make: Callable[[torch.Generator], list[torch.Tensor]], reference: Fn, variants: dict, seeds: int
+) -> dict:
     results: dict = {}
     for seed in range(seeds):
         g = torch.Generator().manual_seed(seed)
@@ -141,16 +151,16 @@ def reduction_variants(exact_ok: bool = True) -> dict:
         return a[..., p], x[p]
 
     def permuted_blas(inputs, g):
-        a, x = perm(*inputs, g)
+        a, x = perm(inputs[0], inputs[1], g)
         return a @ x
 
     def permuted_torch_sum(inputs, g):
-        a, x = perm(*inputs, g)
+        a, x = perm(inputs[0], inputs[1], g)
         return (a * x).sum(-1)
 
     def lanes(n):
         def f(inputs, g):
-            a, x = perm(*inputs, g)
+            a, x = perm(inputs[0], inputs[1], g)
             return sequential(a * x, n)
 
         return f
@@ -267,7 +277,10 @@ def main() -> None:
     sums = row_sum_variants()
     row_sum = lambda i: i[0].sum(-1)  # noqa: E731
     if "--only-cancelling" in sys.argv:
-        for name, make, k in (("matvec", cancelling_pair(64, 131072), 3), ("dot", cancelling_pair(1, 262_144), 100)):
+        for name, make, k in (
+            ("matvec", cancelling_pair(64, 131072), 3),
+            ("dot", cancelling_pair(1, 262_144), 100),
+        ):
             for v, row in run(make, matmul_ref, rv, k).items():
                 print(name, DRAWS, v, row["k_draws"], row["failed_at"]["draws"])
         return
@@ -292,7 +305,7 @@ def main() -> None:
         "layernorm_512x4096": layernorm(),
         "matmul_512x4096x512": matmul(),
     }
-    path = Path(__file__).parent / "results" / "issue12_accuracy.json"
+    path = Path(__file__).parent / "results" / "accuracy_float32_vs_float64.json"
     path.write_text(json.dumps(report, indent=1) + "\n")
     for problem, variants in report.items():
         if not isinstance(variants, dict):

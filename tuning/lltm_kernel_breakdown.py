@@ -1,11 +1,18 @@
-"""Issue 13: where the LLTM cell's time goes on the GPU, forward and backward, per kernel.
+"""Where the LLTM cell's time goes on the GPU, forward and backward, per kernel (issue 13):
+matrix products against the rest, for eager, torch.compile and the CUDA solutions, and the
+three products alone; the figures of problems/lltm/NOTES.md.
 
-Runs on a GPU: python tuning/issue13_lltm.py [OUT folder]. For eager PyTorch (the reference),
-torch.compile of it, and each CUDA solution of solutions/lltm/, at the benchmark shapes, it
-runs forward+backward under torch.profiler (L2 flushed by a 256 MiB max-reduction before each pass,
-10 passes after 3 warm ones) and sums the device time of the kernels by kind: matrix
-products (cuBLAS/CUTLASS), the L2 flush (left out), everything else. It also times the three
-matrix products alone (X W^T, dG W, dG^T X at float32, TF32 off) as the floor any solution
+Run on: the lent NVIDIA H200, at commit ec72e3d, 2026-12-01 ~01:29 UTC. Recorded output:
+tuning/results/lltm_kernel_breakdown.json and tuning/results/lltm_kernel_breakdown_h200.txt.
+Its per-pass figures include host time (no sleep hides it), so at 1024x256x256 they are
+host-bound; the harness's rows are the ones to quote there.
+
+Runs on a GPU: python tuning/lltm_kernel_breakdown.py [OUT folder]. For eager PyTorch (the
+reference), torch.compile of it, and each CUDA solution of solutions/lltm/, at the benchmark
+shapes, it runs forward+backward under torch.profiler (L2 flushed by a 256 MiB max-reduction
+before each pass, 10 passes after 3 warm ones) and sums the device time of the kernels by kind:
+matrix products (cuBLAS/CUTLASS), the L2 flush (left out), everything else. It also times the
+three matrix products alone (X W^T, dG W, dG^T X at float32, TF32 off) as the floor any solution
 that keeps cuBLAS shares, and a 256 MiB device copy for the copy bandwidth. The gate math's
 share of copy bandwidth: its fewest bytes (forward: read 3 gates + old_cell, write new_h and
 new_cell; backward: read grad_h, grad_cell, 3 gates and old_cell, write 3 gate gradients and
@@ -17,6 +24,7 @@ from __future__ import annotations
 import json
 import sys
 from pathlib import Path
+from typing import Any
 
 import torch
 
@@ -64,7 +72,7 @@ def step(model, inputs, ups):
     torch.autograd.backward(list(outputs), ups)
 
 
-def profile(model, inputs, ups, buffer) -> dict[str, float]:
+def profile(model, inputs, ups, buffer) -> dict[str, Any]:
     for _ in range(WARM):
         step(model, inputs, ups)
     torch.cuda.synchronize()
@@ -74,7 +82,7 @@ def profile(model, inputs, ups, buffer) -> dict[str, float]:
             flush(buffer)
             step(model, inputs, ups)
         torch.cuda.synchronize()
-    kinds = {"matmul_us": 0.0, "other_us": 0.0}
+    kinds: dict[str, Any] = {"matmul_us": 0.0, "other_us": 0.0}
     kernels: dict[str, float] = {}
     for event in prof.key_averages():
         us = event.device_time_total / PASSES  # total over the passes, per pass
@@ -102,7 +110,7 @@ def main() -> None:
     solutions = {p.stem: p for p in sorted((ROOT / "solutions" / "lltm").glob("*cuda*.py"))}
     buffer = torch.empty(64 << 20, device="cuda")
     flush_only = {"flush_us": events_us(lambda: flush(buffer), torch.empty(1, device="cuda"))}
-    results = {"copy_gbps": copy_gbps(buffer), **flush_only, "shapes": {}}
+    results: dict[str, Any] = {"copy_gbps": copy_gbps(buffer), **flush_only, "shapes": {}}
     for batch, features, state in SHAPES:
         torch.manual_seed(0)
         reference = reference_module.Model(features, state).cuda()
@@ -112,16 +120,16 @@ def main() -> None:
         w = reference.weights.detach()
         grad = torch.randn(batch, 3 * state, device="cuda")
         mm = {
-            "forward X W^T": events_us(lambda: x @ w.t(), buffer),
-            "backward dG W": events_us(lambda: grad @ w, buffer),
-            "backward dG^T X": events_us(lambda: grad.t() @ x, buffer),
+            "forward X W^T": events_us(lambda x=x, w=w: x @ w.t(), buffer),
+            "backward dG W": events_us(lambda grad=grad, w=w: grad @ w, buffer),
+            "backward dG^T X": events_us(lambda grad=grad, x=x: grad.t() @ x, buffer),
         }
         models = {"eager": reference, "compile": torch.compile(reference)}
         for name, path in solutions.items():
             models[name] = make(import_file(path).ModelNew, batch, features, state, reference)
-        shape = {"matmuls_alone_us": mm, "floor_us": sum(mm.values())}
+        shape: dict[str, Any] = {"matmuls_alone_us": mm, "floor_us": sum(mm.values())}
         for name, model in models.items():
-            passes = events_us(lambda m=model: step(m, inputs, ups), buffer, 20)
+            passes = events_us(lambda m=model, i=inputs, u=ups: step(m, i, u), buffer, 20)
             profiled = profile(model, inputs, ups, buffer)
             other = profiled["other_us"]
             gate_bytes = GATE_FLOATS * 4 * batch * state
@@ -139,7 +147,7 @@ def main() -> None:
             )
         results["shapes"][f"{batch}x{features}x{state}"] = shape
         print(f"  matmuls alone: {mm} (sum {shape['floor_us']:.1f} us)", flush=True)
-    (out / "issue13_lltm.json").write_text(json.dumps(results, indent=1))
+    (out / "lltm_kernel_breakdown.json").write_text(json.dumps(results, indent=1))
 
 
 if __name__ == "__main__":

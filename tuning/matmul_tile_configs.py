@@ -1,7 +1,13 @@
-"""Issue 13, the matmul problem: check solutions/matmul/fast_cuda.py's tile configurations on odd
-shapes, then time them (and tiled_cuda.py) against cuBLAS float32 on the benchmark shapes.
+"""Every tile configuration of matmul/fast_cuda against cuBLAS float32 (issue 13).
 
-Run on the GPU from the repository root: python3 tuning/issue13_matmul.py [--reps 30]
+It checks each configuration of solutions/matmul/fast_cuda.py on odd shapes, then times them
+(and tiled_cuda.py) against cuBLAS float32 on the benchmark shapes.
+
+Not run: written for issue 13, but the session's GPU time went to the harness's own runs, so
+there is no machine, commit, date or recorded output to give; a run writes
+tuning/results/matmul_tile_configs.json.
+
+Run on the GPU from the repository root: python3 tuning/matmul_tile_configs.py [--reps 30]
 [--no-tiled] [--quick]. It builds both solutions (load_inline, about a minute each), so the
 first run takes a few minutes.
 
@@ -17,7 +23,7 @@ Timing: TF32 off (cuBLAS is true float32 SGEMM, as in the harness). Each round c
 candidate once, in an order that turns each round; before each call a 256 MiB buffer is
 written (so no input starts in the 60 MiB L2), and CUDA events bracket the call alone. Median
 of --reps rounds after 3 warm-up rounds. TFLOP/s = 2 M N K / median; "% cuBLAS" = cuBLAS's
-median / the candidate's. Writes tuning/results/issue13_matmul.json.
+median / the candidate's. Writes tuning/results/matmul_tile_configs.json.
 """
 
 from __future__ import annotations
@@ -185,7 +191,7 @@ def main() -> int:
             results[label][name] = {"median_ms": ms, "tflops": tflops, "pct_cublas": share}
             print(f"    {name:7s} {ms:9.3f} ms {tflops:7.2f} TFLOP/s {share:6.1f}%")
 
-    out = REPO / "tuning/results/issue13_matmul.json"
+    out = REPO / "tuning/results/matmul_tile_configs.json"
     out.parent.mkdir(parents=True, exist_ok=True)
     record = {
         "device": torch.cuda.get_device_name(),

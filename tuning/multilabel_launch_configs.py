@@ -1,4 +1,10 @@
-"""Issue 13: multilabel_margin at 4096x8192, warp_cuda against max_cuda and variants of it (H200).
+"""multilabel_margin's launch configurations: max_cuda in 3 load kinds x 6 launch configurations
+against warp_cuda, eager and x.sum(), at 512x1024 and 4096x8192, with 1-16 labels per row
+(issue 13).
+
+Run on: the lent NVIDIA H200, at commit ec72e3d, 2026-12-01 ~01:27 UTC, 30 rounds. Recorded
+output: tuning/results/multilabel_launch_configs.json and
+tuning/results/multilabel_launch_configs_h200.txt.
 
 Builds, in parallel (one load_inline each, distinct names, under .cache/tuning13/multilabel):
 warp_cuda as shipped, and max_cuda's CUDA source once per stream-load kind (-DMLM_LOAD=0, 1, 2)
@@ -17,8 +23,8 @@ F.multilabel_margin_loss once per round in a turning order. Speedup: the median 
 eager / variant. Probes: x.sum() over the same x (the stream alone), and warp_cuda and max_cuda
 with 1, 4, 8, 16 labels in every row (the arithmetic's share).
 
-Run on the GPU: OUT=dir python3 tuning/issue13_multilabel.py; writes OUT/issue13_multilabel.json
-(OUT defaults to tuning/results) and prints a table at the end.
+Run on the GPU: OUT=dir python3 tuning/multilabel_launch_configs.py; writes
+OUT/multilabel_launch_configs.json (OUT defaults to tuning/results) and prints a table at the end.
 """
 
 from __future__ import annotations
@@ -58,14 +64,16 @@ results: dict = {"samples": SAMPLES, "configs": CONFIGS, "loads": LOADS}
 
 def save() -> None:
     OUT.mkdir(parents=True, exist_ok=True)
-    (OUT / "issue13_multilabel.json").write_text(json.dumps(results, indent=1, default=str))
+    (OUT / "multilabel_launch_configs.json").write_text(json.dumps(results, indent=1, default=str))
 
 
 def sources(path: Path) -> tuple[str, str]:
     """CPP_SOURCE and CUDA_SOURCE of a solution file, read without importing (building) it."""
     found = {}
     for node in ast.parse(path.read_text()).body:
-        target = node.targets[0] if isinstance(node, ast.Assign) else None
+        if not isinstance(node, ast.Assign):
+            continue
+        target = node.targets[0]
         if isinstance(target, ast.Name) and target.id in ("CPP_SOURCE", "CUDA_SOURCE"):
             found[target.id] = ast.literal_eval(node.value)
     return found["CPP_SOURCE"], found["CUDA_SOURCE"]
@@ -142,6 +150,7 @@ def reference_module():
     spec = importlib.util.spec_from_file_location(
         "mlm_reference", ROOT / "problems" / "multilabel_margin" / "reference.py"
     )
+    assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
@@ -171,7 +180,7 @@ def special_values(ref) -> list[torch.Tensor]:
 
 def check_cases(ref) -> list[tuple[str, list[torch.Tensor], str]]:
     by_name = {case["name"]: case for case in ref.CASES}
-    cases = []
+    cases: list[tuple[str, list[torch.Tensor], str]] = []
     for name in (
         "7x37",
         "no labels",
@@ -245,7 +254,7 @@ def check_all(calls: dict, ref) -> None:
             worst = max(worst, ratio)
             if not ok:
                 failures.append(f"{name}: worst {ratio:.3g} x tol {note}")
-        out = call(fn, *invalid, "none").cpu()
+        out = call(fn, invalid[0], invalid[1], "none").cpu()
         if not (out[1].isnan() and out[2].isnan() and out[[0, 3]].isfinite().all()):
             failures.append(f"invalid labels: expected NaN in rows 1, 2 only, got {out.tolist()}")
         checks[key] = {"ok": not failures, "worst_err_over_tol": worst, "failures": failures}
@@ -377,7 +386,7 @@ def main() -> None:
     results["wall_s"] = round(time.time() - start, 1)
     save()
     print_table()
-    print(f"wall {results['wall_s']} s; written {OUT / 'issue13_multilabel.json'}")
+    print(f"wall {results['wall_s']} s; written {OUT / 'multilabel_launch_configs.json'}")
 
 
 if __name__ == "__main__":

@@ -1,4 +1,10 @@
-"""Issue 13: smooth_l1 at 32x64x56x56, variants of fast_cuda's kernel against the seed module.
+"""smooth_l1's launch configurations: wide_cuda's 16 configurations x 6 grid sizes against
+fast_cuda, seed_cuda, F.smooth_l1_loss and the seed module, at 32x64x56x56 and 128x64x56x56
+(issue 13).
+
+Run on: the lent NVIDIA H200, at commit ec72e3d, 2026-12-01 ~01:31 UTC, 30 rounds. Recorded
+output: tuning/results/smooth_l1_launch_configs.json and
+tuning/results/smooth_l1_launch_configs_h200.txt.
 
 Builds, in parallel (one load_inline each, distinct names, under .cache/tuning13/smooth_l1):
 fast_cuda and seed_cuda as shipped, and wide_cuda's CUDA source (fast_cuda's kernel with its
@@ -20,8 +26,8 @@ order. Baselines: the seed module (the reference Model, eager: the 8x target is 
 F.smooth_l1_loss, fast_cuda, seed_cuda. Speedup: the median over rounds of seed module /
 variant; the target is 8x.
 
-Run on the GPU: OUT=dir python3 tuning/issue13_smooth_l1.py; writes OUT/issue13_smooth_l1.json
-(OUT defaults to tuning/results) and prints a table at the end.
+Run on the GPU: OUT=dir python3 tuning/smooth_l1_launch_configs.py; writes
+OUT/smooth_l1_launch_configs.json (OUT defaults to tuning/results) and prints a table at the end.
 """
 
 from __future__ import annotations
@@ -82,14 +88,16 @@ results: dict = {"samples": SAMPLES, "configs": CONFIGS, "grids": GRIDS}
 
 def save() -> None:
     OUT.mkdir(parents=True, exist_ok=True)
-    (OUT / "issue13_smooth_l1.json").write_text(json.dumps(results, indent=1, default=str))
+    (OUT / "smooth_l1_launch_configs.json").write_text(json.dumps(results, indent=1, default=str))
 
 
 def sources(path: Path) -> tuple[str, str]:
     """CPP_SOURCE and CUDA_SOURCE of a solution file, read without importing (building) it."""
     found = {}
     for node in ast.parse(path.read_text()).body:
-        target = node.targets[0] if isinstance(node, ast.Assign) else None
+        if not isinstance(node, ast.Assign):
+            continue
+        target = node.targets[0]
         if isinstance(target, ast.Name) and target.id in ("CPP_SOURCE", "CUDA_SOURCE"):
             found[target.id] = ast.literal_eval(node.value)
     return found["CPP_SOURCE"], found["CUDA_SOURCE"]
@@ -183,6 +191,7 @@ def reference_module():
     spec = importlib.util.spec_from_file_location(
         "sl1_reference", ROOT / "problems" / "smooth_l1" / "reference.py"
     )
+    assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
@@ -360,7 +369,7 @@ def main() -> None:
     results["wall_s"] = round(time.time() - start, 1)
     save()
     print_table()
-    print(f"wall {results['wall_s']} s; written {OUT / 'issue13_smooth_l1.json'}")
+    print(f"wall {results['wall_s']} s; written {OUT / 'smooth_l1_launch_configs.json'}")
 
 
 if __name__ == "__main__":

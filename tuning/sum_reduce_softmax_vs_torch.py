@@ -1,6 +1,10 @@
-"""Issue 13: sum_reduce and softmax, the notes' and the fast CUDA solutions against PyTorch.
+"""sum_reduce and softmax: the notes' and the fast CUDA solutions against PyTorch (issue 13).
 
-Runs on a GPU: python3 tuning/issue13_reduce_softmax.py [--samples N] [--flush write|read]
+Not run: written for issue 13, but the session's GPU time went to the harness's own runs, so
+there is no machine, commit, date or recorded output to give; it
+prints its results and writes no file.
+
+Runs on a GPU: python3 tuning/sum_reduce_softmax_vs_torch.py [--samples N] [--flush write|read]
 [--problem sum_reduce|softmax] [--skip-notes]
 
 1. Builds the solutions (solutions/<problem>/{fast,notes}_cuda.py).
@@ -32,6 +36,7 @@ FLUSH_BYTES = 256 * 2**20
 
 def load_module(path: Path, name: str):
     spec = importlib.util.spec_from_file_location(name, path)
+    assert spec is not None and spec.loader is not None, path
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module

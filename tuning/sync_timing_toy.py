@@ -1,7 +1,12 @@
-"""Issue 12, item 2: how a call that waits for the device (cudaDeviceSynchronize, .item(),
-.cpu(), a blocking copy) costs per call in a loop, against the ways a timer can take it alone.
+"""What a call that waits for the device (cudaDeviceSynchronize, .item(), .cpu(), a blocking
+copy) costs per call in a back-to-back loop, against the ways one call can be timed alone, on a
+toy CUDA solution that synchronizes four ways (TOY_SYNC); the figures behind CudaTimer's
+handling of such calls (issue 12, item 2).
 
-Runs on a GPU: python tuning/issue12_sync.py [--samples N]. For each TOY_SYNC mode of
+Run on: the lent NVIDIA H200, at commit 2bf89e0 plus this script, 2026-11-30 ~22:10 UTC.
+Recorded output: tuning/results/sync_timing_toy_h200.txt.
+
+Runs on a GPU: python tuning/sync_timing_toy.py [--samples N]. For each TOY_SYNC mode of
 tests/fixtures/toy_solutions/cuda_synchronizes.py, on the toy problem's benchmark (256x256), it
 prints the median microseconds per call of:
 
@@ -36,6 +41,7 @@ SAMPLES = int(sys.argv[sys.argv.index("--samples") + 1]) if "--samples" in sys.a
 def load(mode: str):
     os.environ["TOY_SYNC"] = mode
     spec = importlib.util.spec_from_file_location(f"sync_{mode}", SOLUTION)
+    assert spec is not None and spec.loader is not None, SOLUTION
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module.ModelNew(2.0).cuda()
@@ -101,7 +107,7 @@ def variants(call, timer: CudaTimer) -> dict[str, float]:
     figures["pair_flush"] = median_us(timed(call_flush_sync))
     figures["each"] = each()
     named = lambda: call()  # noqa: E731
-    named.name = "solution"
+    named.name = "solution"  # type: ignore[attr-defined]  # CudaTimer keys calls by name
     figures["timer"] = statistics.median(timer.run([named])[0] for _ in range(SAMPLES))
     figures["timer_sync"] = float(timer.synchronizing["solution"])
     return figures

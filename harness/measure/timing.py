@@ -269,7 +269,7 @@ class CudaTimer:
 
         The stream is queried rather than synchronized where it can be: on the H200 a
         synchronize costs 6-8 us even on an idle device, a third of such a call
-        (tuning/issue12_sync.py)."""
+        (tuning/sync_timing_toy.py)."""
         stream = torch.cuda.current_stream(self.device)
         if not stream.query():  # the warm call left work behind
             torch.cuda.synchronize(self.device)

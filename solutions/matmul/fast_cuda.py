@@ -31,7 +31,7 @@ offset is not copied and takes the scalar path. Offsets into A, B and C are 64-b
 Tile configurations are template parameters; `CONFIG_NAMES` below lists the compiled ones,
 `matmul(a, b, config)` takes one by index, and -1 picks one by size: 128 x 128 when that gives
 at least one block per SM, else 128 x 64, else 64 x 64 (a 1024^3 product has 64 tiles of 128 x
-128, too few for 132 SMs). tuning/issue13_matmul.py times them all against cuBLAS.
+128, too few for 132 SMs). tuning/matmul_tile_configs.py times them all against cuBLAS.
 """
 
 import torch

@@ -25,7 +25,7 @@ step. With kPrefetch the next step's groups are in flight while the current ones
 the memory system does not wait on the arithmetic (launch bounds keep the registers to what the
 occupancy needs for 4096 rows to fit on the H200 in one wave), and the first two steps are
 loaded before the label scan, so that its latency overlaps the stream. The launch parameters
-are macros at the top of the CUDA source (tuning/issue13_multilabel.py sweeps them).
+are macros at the top of the CUDA source (tuning/multilabel_launch_configs.py sweeps them).
 
 For 'mean' and 'sum' the per-sample losses are reduced in the same launch, as in warp_cuda:
 each block adds its samples' losses in order and stores that partial; the last block to finish
@@ -62,7 +62,7 @@ CUDA_SOURCE = r"""
 #include <mutex>
 #include <utility>
 
-// Launch configuration (tuning/issue13_multilabel.py builds others with -DNAME=value).
+// Launch configuration (tuning/multilabel_launch_configs.py builds others with -DNAME=value).
 #ifndef MLM_WARPS  // warps (samples) per block
 #define MLM_WARPS 8
 #endif

@@ -5,7 +5,7 @@ fast_cuda streams both inputs at about 4.35 TB/s at 128x64x56x56, yet at the see
 (block sums, a fence, the counter, the last block's sum of the partials), decides the 8x
 target. This version keeps fast_cuda's design and makes the parts that shape that fixed cost
 compile-time parameters, set by the macros at the top of the CUDA source
-(tuning/issue13_smooth_l1.py sweeps them):
+(tuning/smooth_l1_launch_configs.py sweeps them):
 
   WIDE_THREADS        threads per block (a multiple of 32, at most 1024)
   WIDE_UNROLL         float4 loads of each input in flight per thread
