@@ -68,5 +68,6 @@ Shared by all three, importing no wing:
     stats      intervals for medians and speedups, relative standard error, geometric mean
     toolchain  CUDA_HOME, target architectures, per-solution build folders
     status     the verdicts and what each means
+    rules      every rejection rule and row flag, declared once (the docs' tables come from it)
     errors     the one-line errors that reach the user, and the worker's verdicts
 """

@@ -31,7 +31,7 @@ from typing import Any
 
 import torch
 
-from harness import status
+from harness import rules, status
 from harness.errors import Verdict
 from harness.matching import EXACT, mismatch
 
@@ -42,6 +42,9 @@ FINGERPRINT_CHUNK = 1 << 24  # elements squared at a time, so the temporaries st
 
 
 def reject(reason: str, detail: str) -> Verdict:
+    """The `rejected` verdict of rule `reason` (one of harness.rules.REJECTIONS)."""
+    if reason not in rules.REJECTIONS:
+        raise ValueError(f"{reason!r} is not a rule of harness.rules.REJECTIONS")
     return Verdict(status.REJECTED, f"{detail} [rule: {reason}]", reason)
 
 

@@ -1,0 +1,119 @@
+"""Every rule that rejects a solution, and every flag a table's row can carry, declared once:
+its name, what it means, and the module that decides it.
+
+A rejection names its rule in the row's detail (`[rule: late_work]`) and in the record's
+`reason`; harness.measure.anticheat.reject refuses a name that is not here. The tables of
+docs/anticheat.md (rules) and docs/results.md (flags) are rendered from these
+(`markdown_table`), and tests/test_rules.py holds the pages, this registry and the code that
+raises each rule equal.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Rule:
+    meaning: str
+    decided_in: str  # the module that decides it, under harness/
+
+
+REJECTIONS = {
+    "input_mutated": Rule(
+        "a call wrote to one of its inputs (a solution must leave them unchanged)",
+        "measure/anticheat.py, measure/gradients.py",
+    ),
+    "output_aliases_input": Rule(
+        "an output shares memory with an input instead of being a new tensor",
+        "measure/anticheat.py",
+    ),
+    "not_a_tensor": Rule(
+        "an output is a subclass of torch.Tensor, not a plain tensor", "measure/anticheat.py"
+    ),
+    "stream_switched": Rule(
+        "the call changed the current CUDA stream and left it changed", "measure/anticheat.py"
+    ),
+    "late_work": Rule(
+        "an output changed after the call returned: work on another stream or thread, unseen "
+        "by the timer",
+        "measure/anticheat.py",
+    ),
+    "harness_data_changed": Rule(
+        "a call changed tensors the harness holds: the inputs as drawn, or its copies of them",
+        "measure/anticheat.py, measure/feeding.py",
+    ),
+    "nondeterministic": Rule(
+        "right on the first call, wrong on a second on the same inputs: a race, or an output "
+        "kept from an earlier call",
+        "measure/checking.py",
+    ),
+    "timer_replaced": Rule(
+        "a clock, CUDA timing or synchronisation function, or a comparison of torch was replaced",
+        "measure/integrity.py",
+    ),
+    "harness_replaced": Rule(
+        "a function or class of the harness's own modules was replaced", "measure/integrity.py"
+    ),
+    "unseen_work": Rule(
+        "the wall clock saw more time per call than the timer: work the timer did not see",
+        "measure/benchmarking.py",
+    ),
+    "no_own_kernel": Rule(
+        "on a GPU, the solution launched no kernel of its own: the work is PyTorch's",
+        "measure/profiling.py",
+    ),
+    "fig_leaf": Rule(
+        "the solution re-ran every kernel of the reference beside a small one of its own",
+        "measure/profiling.py",
+    ),
+    "planted_module": Rule(
+        "the solution left a module where later processes import from", "run/plants.py"
+    ),
+}
+
+FLAGS = {
+    "moved": Rule(
+        "under ncu the call moved less than the problem's minimum bytes: skipped work, or a "
+        "wrong byte count",
+        "results/flagged.py",
+    ),
+    "above_ceiling": Rule(
+        "faster than the GPU's copy bandwidth allows: a warm cache, a wrong byte count, or "
+        "skipped work",
+        "results/flagged.py",
+    ),
+    "synchronizes": Rule(
+        "a side waits for the device in each call (timed with its synchronisation)",
+        "measure/timing.py",
+    ),
+    "host_bound": Rule(
+        "the per-call and device speedups part by more than 10%: the side named is host-bound",
+        "measure/percall.py",
+    ),
+    "launch_bound": Rule(
+        "a side's time is near the timer's launch floor (try --graph)", "measure/benchmarking.py"
+    ),
+    "noisy": Rule(
+        "a side's relative standard error ended above 1% (the stop reason says why it stopped)",
+        "results/flagged.py",
+    ),
+    "throttled": Rule("the GPU throttled during the row's samples", "measure/gpustate.py"),
+    "load": Rule(
+        "the machine was busy when the row was timed (load, other GPU processes)",
+        "results/load.py",
+    ),
+    "compile_mismatch": Rule(
+        "torch.compile's output differs from eager's, so there is no 'vs compile'",
+        "results/flagged.py",
+    ),
+}
+
+
+def markdown_table(rules: dict[str, Rule], what: str) -> str:
+    """`rules` as a markdown table whose first column is headed `what`."""
+    lines = [f"| {what} | meaning | decided in |", "|---|---|---|"]
+    for name, rule in rules.items():
+        places = ", ".join(f"`harness/{place}`" for place in rule.decided_in.split(", "))
+        lines.append(f"| `{name}` | {rule.meaning} | {places} |")
+    return "\n".join(lines)
