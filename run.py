@@ -138,26 +138,27 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def audit_problems(args: argparse.Namespace) -> int:
-    """Audit the chosen problems' references; exit 1 when any is rejected."""
-    import torch
-
+    """Audit the chosen problems' references (on a GPU in a worker, as a run does); exit 1
+    when any is rejected."""
     from harness.loading import load_problem
-    from harness.run import audit
+    from harness.measure import audit
+    from harness.run import isolate
     from harness.run.discovery import list_problems, resolve_problem
+    from harness.run.session import Session
 
     names = list_problems(PROBLEMS_DIR) if args.all else [args.problem]
-    device = torch.device(pick_device(args.device))
-    tolerance = settings.from_flags(args).checking.tolerance  # --atol/--rtol, as a run takes them
+    session = Session(settings_for(args, None, None), recording=False)
+    run_job = lambda job: isolate.run_isolated(job, lambda event: None)  # noqa: E731
     code = EXIT_OK
     for name in names:
         source = resolve_problem(name, PROBLEMS_DIR, SOLUTIONS_DIR)
         try:
             problem = load_problem(source.name, source.reference)
+            findings = session.findings(source, problem, run_job)
         except UserError as err:  # as a run refuses it: one line, exit 3, the others go on
             print(f"error: {err}", file=sys.stderr)
             code = EXIT_INPUT
             continue
-        findings = audit.audit_problem(problem, device, tolerance)
         print(audit.render_findings(source.name, findings))
         if audit.rejected(findings) and code == EXIT_OK:
             code = EXIT_FAILED

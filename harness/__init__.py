@@ -13,7 +13,6 @@ run/       the parent process, one per run.py: finds the work and drives it
     session    run the solutions of a problem, each in a worker, and record each result
     isolate    spawn the worker with time limits and turn any failure into a status
     discovery  find problems and solutions on disk
-    audit      reject problems that a zero, constant or memorised answer would pass
     machine    describe the machine a run happened on, and its load as each solution starts
     progress   tell the user what a long step is doing
     scan       a static scan of a solution's source, as warnings
@@ -27,6 +26,7 @@ measure/   the worker process, one per solution: builds, checks and times it
     builds     watch the extension builds a solution makes
     sourcemap  point a compiler error in load_inline's generated files at the solution's .py
     checking   build Model and ModelNew alike and check every case
+    audit      reject problems that a zero, constant or memorised answer would pass
     modes      the reference's training or inference mode, and the modules it changes
     kernelbench  --as kernelbench: KernelBench's criterion and timer, reproduced
     gradients  the backward of a BACKWARD problem: every input's and parameter's gradient

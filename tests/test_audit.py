@@ -15,8 +15,8 @@ from harness import status
 from harness.inputs import seed_everything
 from harness.loading import Case, Problem, load_problem
 from harness.matching import mismatch
+from harness.measure.audit import REJECT, WARN, Finding, audit_problem, rejected, render_findings
 from harness.measure.checking import Verdict, check_cases
-from harness.run.audit import REJECT, WARN, Finding, audit_problem, rejected, render_findings
 from harness.run.discovery import ProblemSource, list_problems
 from harness.run.progress import Progress
 from harness.run.session import Session
@@ -322,11 +322,32 @@ def test_problems_without_cases_get_one_note_a_run_and_others_their_warning(tmp_
     for name in ("1_Relu", "2_Relu"):  # two stock KernelBench-style files: one note in all
         path = tmp_path / f"{name}.py"
         path.write_text(KERNELBENCH_STYLE)
-        session._audit(ProblemSource(name, path), load_problem(name, path))
+        session._audit(ProblemSource(name, path), load_problem(name, path), no_worker)
     relu = load_problem("1_Relu", tmp_path / "1_Relu.py")
     again = Case("same shapes", relu.cases[0].get_init_inputs, relu.cases[0].get_inputs)
     one_shape = replace(relu, cases=(*relu.cases, again))  # declares CASES, all one shape
-    session._audit(ProblemSource("one_shape", relu.path), one_shape)
+    session._audit(ProblemSource("one_shape", relu.path), one_shape, no_worker)
     lines = stream.getvalue().splitlines()
     assert sum("declares no CASES" in line for line in lines) == 1
     assert [line.split(":")[0] for line in lines if "audit warning" in line] == ["one_shape"]
+
+
+def no_worker(job: Any) -> dict[str, Any]:
+    raise AssertionError("on a CPU the audit runs in the run's own process")
+
+
+def test_the_audit_in_a_worker_finds_what_it_finds_here(tmp_path) -> None:
+    """On a GPU the session audits in a worker (task "audit", so that run.py's process never
+    touches the GPU): the findings cross the pipe whole. Run here on the CPU."""
+    from harness import codec
+    from harness.measure.worker import Job
+    from harness.run import isolate
+
+    path = AUDIT / "returns_zeros.py"
+    settings = Settings(device="cpu", places=Places(tmp_path, tmp_path, tmp_path))
+    job = Job("returns_zeros", str(path), str(path), str(tmp_path / "a.log"), "", settings, "audit")
+    result = isolate.run_isolated(job, lambda event: None)
+    assert result["status"] == status.OK, result["detail"]
+    found = [codec.decode(Finding, f) for f in result["findings"]]
+    assert found == audit_problem(load_problem("returns_zeros", path), torch.device("cpu"))
+    assert rejected(found)

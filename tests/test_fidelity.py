@@ -17,10 +17,10 @@ from harness.errors import UserError, Verdict
 from harness.loading import Problem, import_file, load_problem
 from harness.measure import checking, kernelbench, percall
 from harness.measure import timing as timing_
+from harness.measure.audit import REJECT, audit_problem
 from harness.measurement import PerCall
 from harness.record import BenchRow
 from harness.results import comparison, flagged, report
-from harness.run.audit import REJECT, audit_problem
 from harness.settings import KERNELBENCH, Checking, Settings, StopRule
 from tests.conftest import FIXTURES, TOY, CliRun
 from tests.records_factory import bench, record, timing

@@ -188,3 +188,44 @@ def test_a_solution_that_synchronizes_is_flagged_and_timed_as_it_runs_in_a_loop(
     # The timed figure is what a loop of such calls costs per call (within 20%).
     figures = [(b["solution"]["median_us"], b["wall_us"]) for b in record["benchmarks"]]
     assert all(abs(timed / wall - 1) <= 0.2 for timed, wall in figures), figures
+
+
+PRIMARY_CONTEXTS = """
+import ctypes, sys
+import run
+code = run.main(sys.argv[1:])
+cuda = ctypes.CDLL("libcuda.so.1")
+assert cuda.cuInit(0) == 0
+count = ctypes.c_int()
+cuda.cuDeviceGetCount(ctypes.byref(count))
+active = []
+for index in range(count.value):
+    device, flags, state = ctypes.c_int(), ctypes.c_uint(), ctypes.c_int()
+    cuda.cuDeviceGet(ctypes.byref(device), index)
+    cuda.cuDevicePrimaryCtxGetState(device, ctypes.byref(flags), ctypes.byref(state))
+    active.append(state.value)
+print("exit", code, "active", active)
+"""
+
+
+@pytest.mark.alone
+def test_the_parent_makes_no_cuda_context_during_a_run(tmp_path) -> None:
+    """The audit, the ceiling, the baseline and the judging all run in workers: the process
+    of run.py never holds a context on any GPU (the driver's primary context state, read after
+    a whole run with a CUDA solution, the ceiling measured and --compile)."""
+    import subprocess
+    import sys
+
+    from tests.conftest import REPO
+
+    args = ["--problem", str(TOY), "--solution", toy_solution("cuda_kernel"), "--compile"]
+    args += ["--max-samples", "5", "--results-dir", str(tmp_path), "--log-dir", str(tmp_path)]
+    done = subprocess.run(
+        [sys.executable, "-c", PRIMARY_CONTEXTS, *args],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    last = done.stdout.strip().splitlines()[-1]
+    assert last.startswith("exit 0 active ") and "1" not in last.split("active")[1], last

@@ -20,8 +20,8 @@ from harness.errors import Verdict
 from harness.inputs import make_inputs
 from harness.loading import Case, Problem, import_file, load_problem
 from harness.matching import DTYPE_DEFAULT, mismatch, tolerance
+from harness.measure.audit import audit_problem, rejected
 from harness.measure.checking import build_models, check_once
-from harness.run.audit import audit_problem, rejected
 from harness.run.discovery import missing_model_new
 
 REPO = Path(__file__).resolve().parent.parent

@@ -15,8 +15,7 @@ from harness import codec, settings, status
 from harness.errors import Verdict
 from harness.loading import load_problem
 from harness.matching import Tolerance, tolerance
-from harness.measure import benchmarking
-from harness.run import audit
+from harness.measure import audit, benchmarking
 from harness.settings import Checking, Settings, StopRule, Timing
 from tests.conftest import TOY
 

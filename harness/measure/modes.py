@@ -6,7 +6,7 @@ and Dropout zeroes elements at random. A problem meant for inference says so its
 calling `self.eval()` in `Model.__init__`; ModelNew is then put in the same mode
 (harness.measure.checking.build_models). This module names the modules whose output depends
 on that mode, for a verdict that must say why a solution differs, and those that draw random
-numbers, for the audit's rule on random references (harness.run.audit).
+numbers, for the audit's rule on random references (harness.measure.audit).
 """
 
 from __future__ import annotations

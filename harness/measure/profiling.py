@@ -50,6 +50,7 @@ import os
 import re
 import sys
 import tempfile
+import traceback
 import warnings
 from collections import Counter
 from collections.abc import Callable, Iterator
@@ -60,7 +61,11 @@ from typing import Any, NamedTuple
 
 import torch
 
+from harness import status
+from harness.inputs import Seeds, make_inputs, replicate_all
+from harness.loading import Problem
 from harness.measure import anticheat
+from harness.measure.checking import build_models, describe_error, guard
 
 PYTORCH_KERNELS = ("at::", "c10::")
 RUNTIME_EVENTS = ("Memcpy", "Memset")  # the profiler's names for the CUDA runtime's copies
@@ -176,6 +181,37 @@ def profile(call: Callable[[], Any], device: torch.device) -> Profile:
         elif event.name.startswith("aten::") and not _inside_aten(event):
             ops.add(event.name)
     return Profile(frozenset(ops), tuple(kernels))
+
+
+def own_work(
+    problem: Problem,
+    model_new: type,
+    device: torch.device,
+    seeds: Seeds,
+    path: Path,
+    built: bool,
+    result: dict[str, Any],
+) -> list[str]:
+    """Profile one call of each side on the first case: warnings, or the "no_own_kernel" or
+    "fig_leaf" rejection (`judge`; `path` is the solution's file, `built` whether it built an
+    extension). The shares of the solution's device time go into `result` first, so a
+    rejected row keeps them. A profiler that fails here only costs the check, with a warning."""
+    case = problem.cases[0]
+    reference, solution = build_models(problem, model_new, case, seeds.case(0), device)
+    inputs = guard(status.PROBLEM_ERROR, "get_inputs", make_inputs, case, seeds.trial(0, 1), device)
+
+    def profiled(model: Any) -> Profile:
+        own = replicate_all(inputs, device)  # copied outside the profile: only the call counts
+        return profile(lambda: model(*own), device)
+
+    try:
+        expected, got = profiled(reference), profiled(solution)
+    except Exception as err:
+        traceback.print_exc()
+        return [f"profiler check skipped ({describe_error(err)})"]
+    own = shares(expected, got, source_text(path))
+    result.update(own_share=own.own, reference_share=own.reference)
+    return judge(expected, got, device, path, built)
 
 
 def warm_up(device: torch.device) -> None:

@@ -13,6 +13,7 @@ from __future__ import annotations
 import datetime
 import json
 import statistics
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -64,10 +65,14 @@ def measure_copy(device: torch.device) -> dict[str, Any]:
 
 
 def ceiling(
-    folder: Path, device: torch.device, machine: dict[str, Any], store: bool = True
+    folder: Path,
+    device: torch.device,
+    machine: dict[str, Any],
+    store: bool = True,
+    measure: Callable[[], dict[str, Any]] | None = None,
 ) -> dict[str, Any] | None:
-    """The cached ceiling of this GPU model and torch version, measured first if missing (and
-    cached in `folder` unless not `store`)."""
+    """The cached ceiling of this GPU model and torch version, measured first if missing (by
+    `measure`, else measure_copy here) and cached in `folder` unless not `store`."""
     if device.type != "cuda":
         return None
     path = folder / CEILING_NAME
@@ -81,7 +86,7 @@ def ceiling(
             return {**cached, "cached": True}
     measured = {
         **key,
-        **measure_copy(device),
+        **(measure() if measure else measure_copy(device)),
         "driver": machine.get("driver"),
         "measured": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
     }

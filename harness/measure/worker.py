@@ -17,8 +17,9 @@ to the job's log file, never into the pipe.
 The clocks, timers and comparisons the harness uses are recorded before the solution is
 imported and verified after each step (harness.integrity).
 
-A job whose task is "compile_baseline" loads no solution: it times the reference eager and
-under torch.compile, side by side, for the session's baseline cache.
+A job whose task is one of REFERENCE_TASKS loads no solution: the audit of the reference, the
+GPU's copy-bandwidth ceiling, or the reference timed eager and under torch.compile side by side
+for the session's baseline cache. The parent runs these here so that it never touches the GPU.
 """
 
 from __future__ import annotations
@@ -38,14 +39,14 @@ from typing import Any
 
 import torch  # importing torch does not import its extension builder: that waits for setup
 
-from harness import files, status
+from harness import codec, files, status
 from harness.errors import UserError, Verdict
-from harness.inputs import Seeds, make_inputs, replicate_all
+from harness.inputs import Seeds
 from harness.loading import Problem, import_file, load_problem
-from harness.measure import integrity, kernelbench, profiling
+from harness.measure import audit, integrity, kernelbench, profiling, roofline
 from harness.measure.benchmarking import compile_baseline, time_benchmarks
 from harness.measure.builds import BuildWatcher, NoCudaToolchain
-from harness.measure.checking import build_models, check_cases, describe_error, guard
+from harness.measure.checking import check_cases, describe_error
 from harness.settings import KERNELBENCH, Settings
 from harness.toolchain import find_cuda_home, use_build_cache
 
@@ -60,11 +61,12 @@ class Job:
     log_path: str
     content_hash: str
     settings: Settings
-    task: str = "solution"  # "compile_baseline": time the reference under torch.compile;
-    # "build": the load step alone, without a GPU (harness.run.pool's build jobs)
+    task: str = "solution"  # else "build", the load step alone, without a GPU (harness.run.pool's
+    # build jobs), or one of REFERENCE_TASKS
 
 
 Send = Callable[..., None]
+REFERENCE_TASKS = ("compile_baseline", "audit", "ceiling")
 STARTED_AHEAD = False  # set in a spare worker (harness.measure.spare), said in its log
 
 
@@ -146,10 +148,8 @@ def run(job: Job, send: Send) -> dict[str, Any]:
     try:
         send("phase", phase="load")
         problem, device = setup(job)
-        if job.task == "compile_baseline":
-            send("phase", phase="time")
-            result["benchmarks"] = compile_baseline(problem, device, job.settings)
-            return result
+        if job.task in REFERENCE_TASKS:
+            return {**result, **reference_task(job, problem, device, send)}
         watcher = _watcher(job, device, send)
         watcher.install()
         profiling.warm_up(device)  # before the snapshot: it rebinds some of torch's names
@@ -172,7 +172,11 @@ def run(job: Job, send: Send) -> dict[str, Any]:
                 problem, model_new, device, job.settings, told, counted
             )
             snapshot.verify("during the timing")
-            result["warnings"] = _own_work(job, problem, model_new, device, watcher, result)
+            path, built = Path(job.solution), bool(watcher.builds)
+            seeds = Seeds.of(job.settings.checking)
+            result["warnings"] = profiling.own_work(
+                problem, model_new, device, seeds, path, built, result
+            )
     except Verdict as verdict:  # a row without timings: they mean nothing for a failed solution
         detail = verdict.detail
         if verdict.status == status.REJECTED and job.settings.checking.profile == KERNELBENCH:
@@ -181,6 +185,20 @@ def run(job: Job, send: Send) -> dict[str, Any]:
     except BaseException as err:  # escaped every guard: the solution's doing, or the harness's
         result.update(_escaped(err, Path(job.solution), started), benchmarks=[])
     return {**result, **_builds(watcher)} if watcher is not None else result
+
+
+def reference_task(job: Job, problem: Problem, device: torch.device, send: Send) -> dict[str, Any]:
+    """The jobs that run no solution, so that the parent never touches the GPU: the audit of
+    the reference ("findings"), the copy-bandwidth ceiling ("ceiling") and the torch.compile
+    baseline ("benchmarks")."""
+    if job.task == "audit":
+        send("phase", phase="check")
+        findings = audit.audit_problem(problem, device, job.settings.checking.tolerance)
+        return {"findings": codec.encode(findings)}
+    send("phase", phase="time")
+    if job.task == "ceiling":
+        return {"ceiling": roofline.measure_copy(device)}
+    return {"benchmarks": compile_baseline(problem, device, job.settings)}
 
 
 def build_only(job: Job, send: Send) -> dict[str, Any]:
@@ -336,38 +354,6 @@ def _load_solution(job: Job, device: torch.device, watcher: BuildWatcher) -> typ
         built = ", ".join(b.describe() for b in watcher.builds)
         raise Verdict(status.NO_GPU, f"{built}; not run: {_why_not_cuda()}")
     return model_new
-
-
-def _own_work(
-    job: Job,
-    problem: Problem,
-    model_new: type,
-    device: torch.device,
-    watcher: BuildWatcher,
-    result: dict[str, Any],
-) -> list[str]:
-    """Profile one call of each side on the first case (harness.profiling): warnings, or the
-    "no_own_kernel" or "fig_leaf" rejection. The shares of the solution's device time go into
-    `result` first, so a rejected row keeps them. A profiler that fails here only costs the
-    check, with a warning."""
-    case = problem.cases[0]
-    seeds = Seeds.of(job.settings.checking)
-    reference, solution = build_models(problem, model_new, case, seeds.case(0), device)
-    inputs = guard(status.PROBLEM_ERROR, "get_inputs", make_inputs, case, seeds.trial(0, 1), device)
-
-    def profiled(model: Any) -> profiling.Profile:
-        own = replicate_all(inputs, device)  # copied outside the profile: only the call counts
-        return profiling.profile(lambda: model(*own), device)
-
-    try:
-        expected, got = profiled(reference), profiled(solution)
-    except Exception as err:
-        traceback.print_exc()
-        return [f"profiler check skipped ({describe_error(err)})"]
-    path = Path(job.solution)
-    shares = profiling.shares(expected, got, profiling.source_text(path))
-    result.update(own_share=shares.own, reference_share=shares.reference)
-    return profiling.judge(expected, got, device, path, bool(watcher.builds))
 
 
 def _why_not_cuda() -> str:

@@ -211,12 +211,13 @@ class Scheduler:
         return self.session.device.type == "cpu"
 
     def _judge_all(self, work: Work, builds: list[Future[dict[str, Any]]]) -> None:
-        for source, _ in work:  # while the builds run
+        for source, _ in work:  # while the builds run; on a GPU each audit runs in a worker
             try:
-                self.problems[source.name] = self.session.prepare(source)
+                self.problems[source.name] = self.session.prepare(source, self._first_slot(source))
             except UserError as err:
                 self.problems[source.name] = err
-        self.session.ceiling()
+        if work:
+            self.session.ceiling(work[0][0], self._first_slot(work[0][0]))
         if not self.session.settings.checking.check_only:
             self._wait(lambda: all(f.done() for f in builds))
         threads = [
@@ -300,6 +301,11 @@ class Scheduler:
                 run_job = lambda job: slot.run(job, unit.folders, self._watching(lambda e: None))  # noqa: E731
                 self.compiled[name] = self.session.compile_baselines(unit.source, problem, run_job)
         return self.compiled[name]
+
+    def _first_slot(self, source: ProblemSource) -> Callable[[Job], dict[str, Any]]:
+        """Runs a job of `source`'s reference on the first slot (before any slot serves)."""
+        slot, folders = self.pool.slots[0], [source.reference.parent]
+        return lambda job: slot.run(job, folders, self._watching(lambda e: None))
 
     def _watching(
         self, on_event: Callable[[dict[str, Any]], None]

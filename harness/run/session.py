@@ -14,14 +14,16 @@ from typing import Any
 from harness import codec, files, record, status, toolchain
 from harness.errors import HarnessError, UserError
 from harness.loading import Problem, load_problem
-from harness.measure import roofline
+from harness.measure import audit, roofline
 from harness.measure.worker import Job, cuda_not_asked
 from harness.record import BenchRow, Ceiling, Machine, RunRecord
 from harness.results import baselines, rendering, report
-from harness.run import audit, isolate, machine, ncu, replay, scan
+from harness.run import isolate, machine, ncu, replay, scan
 from harness.run.discovery import ProblemSource, missing_model_new
 from harness.run.progress import Progress
 from harness.settings import REPO, Settings
+
+RunJob = Callable[[Job], dict[str, Any]]  # runs a job in a worker on one of the run's slots
 
 
 class Session:
@@ -74,17 +76,44 @@ class Session:
                     f"pass {flag} a folder you can write"
                 )
 
-    def ceiling(self) -> dict[str, Any] | None:
-        """The GPU's copy bandwidth, from the folder's cache or measured now (None on a CPU)."""
+    def ceiling(self, source: ProblemSource, run_job: RunJob) -> dict[str, Any] | None:
+        """The GPU's copy bandwidth, from the folder's cache or measured now in a worker by
+        `run_job` (a slot's) with `source`'s reference loaded (None on a CPU, or where this
+        process sees no GPU: a Ray driver's)."""
         import torch
 
-        here = self.device.type == "cuda" and torch.cuda.is_available()  # not a Ray driver's
+        here = self.device.type == "cuda" and torch.cuda.is_available()
         if self._ceiling is None and here:
-            self.progress.note("measuring the copy bandwidth of this GPU (cached afterwards)")
+
+            def measure() -> dict[str, Any]:
+                self.progress.note("measuring the copy bandwidth of this GPU (cached afterwards)")
+                result = self._reference_result(source, "ceiling", run_job)
+                return dict(result["ceiling"])
+
             self._ceiling = roofline.ceiling(
-                self.folder, self.device, self.machine, store=self.recording
+                self.folder, self.device, self.machine, store=self.recording, measure=measure
             )
         return self._ceiling
+
+    def _reference_result(self, source: ProblemSource, task: str, run_job: RunJob) -> Any:
+        """The result of a job that runs `source`'s reference alone (worker.REFERENCE_TASKS);
+        where it failed, a UserError for the audit (the problem is refused), else a
+        HarnessError."""
+        job = self._reference_job(source, task)
+        result = harness_checked(run_job(job), job)
+        if result["status"] != status.OK:  # the audit's failure is the problem's, else ours
+            error = UserError if task == "audit" else HarnessError
+            raise error(
+                f"{source.name}: the {task} job failed: {result['status']}: {result['detail']} "
+                f"(its log: {job.log_path})"
+            )
+        return result
+
+    def _reference_job(self, source: ProblemSource, task: str, label: str | None = None) -> Job:
+        log_name = f"00-{source.name}--{label or task}.log"
+        log_path = self.settings.places.log_dir / self.run_id / log_name
+        job = self._job(source, source.reference, log_path, self.reference_hash(source))
+        return replace(job, task=task)
 
     def reference_hash(self, source: ProblemSource) -> str:
         """The reference's sources (toolchain.source_hash), read once per run."""
@@ -92,11 +121,12 @@ class Session:
             self._reference_hashes[source.reference] = toolchain.source_hash(source.reference)
         return self._reference_hashes[source.reference]
 
-    def prepare(self, source: ProblemSource) -> tuple[Problem, int]:
-        """The problem, loaded and audited once, and how many of its cases are checked."""
+    def prepare(self, source: ProblemSource, run_job: RunJob) -> tuple[Problem, int]:
+        """The problem, loaded and audited once (on a GPU in a worker, by `run_job`), and how
+        many of its cases are checked."""
         problem = load_problem(source.name, source.reference)  # a bad reference fails here, once
         cases = self._cases(source, problem)
-        self._audit(source, problem)
+        self._audit(source, problem, run_job)
         return problem, cases
 
     def _cases(self, source: ProblemSource, problem: Problem) -> int:
@@ -136,11 +166,12 @@ class Session:
                 "recorded before is kept: free or fix that folder, or pass --results-dir"
             ) from err
 
-    def _audit(self, source: ProblemSource, problem: Problem) -> None:
-        """Refuse a problem that a zero, constant or memorised answer would pass."""
+    def _audit(self, source: ProblemSource, problem: Problem, run_job: RunJob) -> None:
+        """Refuse a problem that a zero, constant or memorised answer would pass. On a GPU the
+        reference runs in a worker (`run_job`): this process never touches the GPU."""
         if not self.settings.audit:
             return
-        findings = audit.audit_problem(problem, self.device, self.settings.checking.tolerance)
+        findings = self.findings(source, problem, run_job)
         for finding in findings:
             if finding.level != audit.WARN:
                 continue
@@ -157,6 +188,15 @@ class Session:
                 f"problem {source.name!r} fails its audit ({rejects[0].check}): "
                 f"{rejects[0].message} (all findings: {audit_it}; --no-audit runs it anyway)"
             )
+
+    def findings(
+        self, source: ProblemSource, problem: Problem, run_job: RunJob
+    ) -> list[audit.Finding]:
+        """The audit's findings on `problem`: on a CPU here, on a GPU in a worker (`run_job`)."""
+        if self.device.type == "cpu":
+            return audit.audit_problem(problem, self.device, self.settings.checking.tolerance)
+        result = self._reference_result(source, "audit", run_job)
+        return [codec.decode(audit.Finding, f) for f in result["findings"]]
 
     def _note_default_shapes_only(self) -> None:
         """Said once a run, not per problem: a problem file without CASES (KernelBench's are
@@ -202,7 +242,7 @@ class Session:
             measured, witnessed = self._witness(job, device, measured)
         versus = [baselines.versus(row, compiled, self.run_id) for row in measured]
         where = result.get("machine") or {**self.machine, **machine.load(self.device)}
-        measured_ceiling = self.ceiling()
+        measured_ceiling = self._ceiling
         return RunRecord(
             run_id=self.run_id,
             time=_now(),
@@ -290,11 +330,7 @@ class Session:
             self.progress.note(f"{source.name}: torch.compile baseline from {baselines.LOG_NAME}")
             return found
         self.progress.note(f"{source.name}: timing the torch.compile baseline")
-        log_path = self.settings.places.log_dir / self.run_id / f"00-{source.name}--compile.log"
-        job = replace(
-            self._job(source, source.reference, log_path, reference_hash),
-            task="compile_baseline",
-        )
+        job = self._reference_job(source, "compile_baseline", "compile")
         result = harness_checked(run_job(job), job)
         verdict = f"{result['status']} {result.get('detail') or ''}".strip()
         self.progress.note(f"{source.name}: torch.compile baseline: {verdict}")
