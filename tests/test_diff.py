@@ -61,22 +61,22 @@ def test_verdicts_on_crafted_samples(folder: Path) -> None:
     result = comparison.compare_runs(
         comparison.select(f"{folder}@{OLD_RUN}"), comparison.select(f"{folder}@{NEW_RUN}")
     )
-    verdicts = {row["solution"]: row["verdict"] for row in result["shapes"]}
+    verdicts = {row.solution: row.verdict for row in result.shapes}
     assert verdicts == {"sped_up": "faster", "slowed": "slower", "steady": "unchanged"}
-    sped_up = next(row for row in result["shapes"] if row["solution"] == "sped_up")
-    assert sped_up["ratio"].low <= 100 / 80 <= sped_up["ratio"].high
-    assert sped_up["old_speedup"] == pytest.approx(2.0) and sped_up["new_speedup"] == 2.5
+    sped_up = next(row for row in result.shapes if row.solution == "sped_up")
+    assert sped_up.ratio.low <= 100 / 80 <= sped_up.ratio.high
+    assert sped_up.old_speedup == pytest.approx(2.0) and sped_up.new_speedup == 2.5
 
 
 def test_status_changes_and_one_sided_solutions_are_listed(folder: Path) -> None:
     result = comparison.compare_runs(
         comparison.select(f"{folder}@{OLD_COMMIT}"), comparison.select(f"{folder}@{NEW_RUN}")
     )
-    assert [(r["solution"], r["old"], r["new"]) for r in result["status"]] == [
+    assert [(r.solution, r.old, r.new) for r in result.status] == [
         ("broke", "ok", "incorrect")
     ]
-    assert [r["solution"] for r in result["only_old"]] == ["broke", "dropped"]
-    assert [r["solution"] for r in result["only_new"]] == ["added"]
+    assert [r.solution for r in result.only_old] == ["broke", "dropped"]
+    assert [r.solution for r in result.only_new] == ["added"]
 
 
 def test_a_spec_selects_by_run_id_or_commit_prefix(folder: Path) -> None:
@@ -109,9 +109,9 @@ def test_rendered_comparison_names_both_sides(folder: Path) -> None:
 
 def test_a_run_compared_with_itself_is_unchanged(folder: Path) -> None:
     result = comparison.compare_runs(comparison.select(str(folder)), comparison.select(str(folder)))
-    assert {row["verdict"] for row in result["shapes"]} == {"unchanged"}
-    assert all(row["ratio"].value == 1.0 for row in result["shapes"])
-    assert not result["status"] and not result["only_old"] and not result["only_new"]
+    assert {row.verdict for row in result.shapes} == {"unchanged"}
+    assert all(row.ratio.value == 1.0 for row in result.shapes)
+    assert not result.status and not result.only_old and not result.only_new
 
 
 def test_time_and_speedup_ratios_disagree_when_eager_slowed_too(tmp_path: Path) -> None:
@@ -124,10 +124,10 @@ def test_time_and_speedup_ratios_disagree_when_eager_slowed_too(tmp_path: Path) 
     run_log.append(tmp_path, newer)
     old_side = comparison.select(f"{tmp_path}@{OLD_RUN}")
     result = comparison.compare_runs(old_side, comparison.select(f"{tmp_path}@{NEW_RUN}"))
-    (row,) = result["shapes"]
-    assert row["verdict"] == "slower" and row["ratio"].high < 0.93
-    assert row["speedup_verdict"] == "faster" and row["paired"]
-    ratio = row["speedup_ratio"]
+    (row,) = result.shapes
+    assert row.verdict == "slower" and row.ratio.high < 0.93
+    assert row.speedup_verdict == "faster" and row.paired
+    ratio = row.speedup_ratio
     assert ratio.value == pytest.approx(1.44 / 1.23)
     # the two speedup intervals (each 2% either side) divided crosswise
     assert (ratio.low, ratio.high) == pytest.approx(
@@ -150,12 +150,12 @@ def test_old_records_without_speedup_intervals_compare_unpaired(folder: Path) ->
     result = comparison.compare_runs(
         comparison.select(f"{folder}@{OLD_RUN}"), comparison.select(f"{folder}@{NEW_RUN}")
     )
-    rows = {row["solution"]: row for row in result["shapes"]}
+    rows = {row.solution: row for row in result.shapes}
     unpaired, paired = rows["unpaired"], rows["sped_up"]
-    assert not unpaired["paired"] and paired["paired"]
-    ratio = unpaired["speedup_ratio"]
+    assert not unpaired.paired and paired.paired
+    ratio = unpaired.speedup_ratio
     assert ratio.low < 2.5 / 2.0 / 1.02 and ratio.high > 2.5 / 2.0 / 0.98  # wider than paired
-    assert ratio.low > 1.02 and unpaired["speedup_verdict"] == "faster"
+    assert ratio.low > 1.02 and unpaired.speedup_verdict == "faster"
     text = comparison.render_comparison(f"{folder}@{OLD_RUN}", f"{folder}@{NEW_RUN}")
     line = next(li for li in text.splitlines() if li.startswith("| p ") and "unpaired" in li)
     assert cells(line)[-2:] == ["1.254 [1.221, 1.284]*", "faster"]

@@ -17,8 +17,7 @@ from harness.errors import UserError, Verdict
 from harness.loading import import_file, load_problem
 from harness.matching import Tolerance
 from harness.measure.checking import check_cases
-from harness.results import comparison
-from harness.run import replay
+from harness.run import driving, replay
 from harness.run.discovery import ProblemSource, given_solutions, resolve_problem
 from harness.settings import Checking, Places, Settings, StopRule, Timing
 from tests.conftest import FIXTURES, REPO, TOY, CliRun, toy_solution
@@ -214,21 +213,21 @@ def test_the_run_line_names_the_run_and_a_compare_command_that_runs_as_printed(
     tmp_path: Path,
 ) -> None:
     folder = tmp_path / "a folder"  # a space: the printed command must quote it
-    assert comparison.run_line(folder, "20261130-000000-aaaaaa") == (
+    assert driving.run_line(folder, "20261130-000000-aaaaaa") == (
         "run 20261130-000000-aaaaaa: nothing recorded"
     )
     older, newer, checked = "20261129-100000-0ld0ld", "20261130-100000-4e54e5", "20261130-2"
     timed = [bench(10.0, 20.0)]
     run_log.append(folder, record("p", "a", timed, run_id=older))
-    line = comparison.run_line(folder, older)  # the first run: nothing to compare with yet
+    line = driving.run_line(folder, older)  # the first run: nothing to compare with yet
     assert (
         line == f"run {older}: results in {folder}/ (the first timed run of these solutions here)"
     )
     run_log.append(folder, record("q", "b", timed, run_id="20261129-200000-07he45"))  # not ours
     run_log.append(folder, record("p", "a", timed, run_id=newer))
     run_log.append(folder, record("p", "a", run_id=checked))  # a check-only replay: no rows
-    assert comparison.run_line(folder, checked).endswith("(checked only, no timings to compare)")
-    line = comparison.run_line(folder, newer)
+    assert driving.run_line(folder, checked).endswith("(checked only, no timings to compare)")
+    line = driving.run_line(folder, newer)
     assert line.startswith(f"run {newer}: results in {folder}/ (compare with: python run.py ")
     command = shlex.split(line.rstrip(")").split("(compare with: ")[1])
     assert command[3:] == [f"{folder}@{older}", f"{folder}@{newer}"]

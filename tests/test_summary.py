@@ -13,7 +13,7 @@ from tests.records_factory import bench, record
 
 
 def rows_by_name(all_records: list[RunRecord]) -> dict[tuple[str, str], dict]:
-    return {(r["problem"], r["solution"]): r for r in summary.summary_rows(all_records)}
+    return {(r.problem, r.solution): r for r in summary.summary_rows(all_records)}
 
 
 def test_score_is_the_geomean_of_the_shapes_speedups() -> None:
@@ -45,20 +45,20 @@ def test_the_latest_record_of_each_solution_decides() -> None:
     old = record("p", "a", [bench(10.0, 20.0)], when="2026-11-28T10:00:00+00:00")
     new = record("p", "a", status="incorrect", when="2026-11-29T10:00:00+00:00")
     row = rows_by_name([old, new])[("p", "a")]
-    assert row["status"] == "incorrect" and row["score"] is None and row["shapes"] == 0
+    assert row.status == "incorrect" and row.score is None and row.shapes == 0
 
 
 def test_a_check_only_run_or_replay_that_passed_never_hides_the_timed_row() -> None:
     timed = record("p", "a", [bench(10.0, 20.0)], when="2026-11-28T10:00:00+00:00")
     checked = record("p", "a", when="2026-11-29T10:00:00+00:00")  # ok, nothing timed
     row = rows_by_name([timed, checked])[("p", "a")]
-    assert row["status"] == "ok" and row["score"] == pytest.approx(2.0) and row["shapes"] == 1
+    assert row.status == "ok" and row.score == pytest.approx(2.0) and row.shapes == 1
     # changed sources: the check-only record is the solution's row, untimed as it is
     changed = dataclasses.replace(checked, solution_hash="1" * 64)
-    assert rows_by_name([timed, changed])[("p", "a")]["score"] is None
+    assert rows_by_name([timed, changed])[("p", "a")].score is None
     # a replay that failed is the newest verdict on the same code, and shows
     failed = dataclasses.replace(checked, status="incorrect")
-    assert rows_by_name([timed, failed])[("p", "a")]["status"] == "incorrect"
+    assert rows_by_name([timed, failed])[("p", "a")].status == "incorrect"
 
 
 def crafted() -> list[RunRecord]:
@@ -74,8 +74,8 @@ def crafted() -> list[RunRecord]:
 
 def test_best_per_problem_skips_failures_and_cpu_runs() -> None:
     best = summary.best_per_problem(summary.summary_rows(crafted()))
-    assert best["alpha"] is not None and best["alpha"]["solution"] == "fast"
-    assert best["beta"] is not None and best["beta"]["solution"] == "only"
+    assert best["alpha"] is not None and best["alpha"].solution == "fast"
+    assert best["beta"] is not None and best["beta"].solution == "only"
     assert best["gamma"] is None
     assert best["delta"] is None  # 10x on the CPU is not a GPU result
 

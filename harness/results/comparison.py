@@ -17,10 +17,8 @@ side's load, where its records hold it (harness.results.load), is shown beside.
 
 from __future__ import annotations
 
-import shlex
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
 
 from tabulate import tabulate
 
@@ -29,7 +27,6 @@ from harness.errors import UserError
 from harness.record import BenchRow, RunRecord
 from harness.results import load, report
 from harness.results.summary import CPU_MARK, latest_records, ran_on_cpu_beside_gpu
-from harness.settings import typed
 
 THRESHOLD = settings.COMPARE_THRESHOLD  # smaller is "unchanged", even with a tight interval
 SHOWN_CHOICES = 5  # how many run ids and commits an error message names
@@ -94,31 +91,6 @@ def _choices(all_records: list[RunRecord]) -> str:
     )
 
 
-def run_line(folder: Path, run_id: str) -> str:
-    """The line that ends a run: its id, where its results are, and the --compare command that
-    sets its timed rows beside the newest earlier timed run of one of its solutions, where
-    there is one (a check-only run or replay has no rows to compare). The command runs as
-    printed: no placeholder, and each folder quoted for the shell where it needs to be."""
-    all_records = record.read(folder) if (folder / record.LOG_NAME).exists() else []
-    this_run = [r for r in all_records if r.run_id == run_id]
-    if not this_run:
-        return f"run {run_id}: nothing recorded"
-    ours = {(r.problem, r.solution_path) for r in this_run}
-    shown = typed(folder)
-    where = f"run {run_id}: results in {shown}/"
-    if not any(r.benchmarks for r in this_run):
-        return f"{where} (checked only, no timings to compare)"
-    earlier = [
-        r.run_id
-        for r in all_records
-        if r.run_id != run_id and r.benchmarks and (r.problem, r.solution_path) in ours
-    ]
-    if not earlier:
-        return f"{where} (the first timed run of these solutions here)"
-    old, new = (shlex.quote(f"{shown}@{run}") for run in (earlier[-1], run_id))
-    return f"{where} (compare with: python run.py --compare {old} {new})"
-
-
 def verdict(ratio: stats.Interval, threshold: float = THRESHOLD) -> str:
     """'faster', 'slower' or 'unchanged' for a ratio above 1 when the new side is faster (old
     over new time, new over old speedup), from its interval alone."""
@@ -156,29 +128,68 @@ def _speedup(bench: BenchRow) -> tuple[stats.Interval, bool]:
     return stats.unpaired_ratio(bench.reference.times_us, bench.solution.times_us), False
 
 
-def compare_runs(
-    old: Side, new: Side, threshold: float = THRESHOLD
-) -> dict[str, list[dict[str, Any]]]:
-    """Rows of a comparison: 'shapes' timed on both sides, 'status' changes, 'only_old' and
-    'only_new' for solutions or shapes present on one side."""
+@dataclass(frozen=True)
+class ShapeChange:
+    """A shape timed on both sides: the solution's time and speedup, old against new."""
+
+    problem: str
+    solution: str
+    shape: str
+    old_us: float
+    new_us: float
+    ratio: stats.Interval  # time old/new
+    verdict: str
+    old_speedup: float
+    new_speedup: float
+    speedup_ratio: stats.Interval  # speedup new/old
+    speedup_verdict: str
+    paired: bool  # both sides' speedups paired within their runs
+    old_load: str
+    new_load: str
+
+
+@dataclass(frozen=True)
+class StatusChange:
+    problem: str
+    solution: str
+    old: str
+    new: str
+
+
+@dataclass(frozen=True)
+class OneSided:
+    """A solution, or one of its shapes, recorded on one side only."""
+
+    problem: str
+    solution: str
+    shape: str
+    status: str
+
+
+@dataclass
+class Comparison:
+    shapes: list[ShapeChange] = field(default_factory=list)
+    status: list[StatusChange] = field(default_factory=list)
+    only_old: list[OneSided] = field(default_factory=list)
+    only_new: list[OneSided] = field(default_factory=list)
+
+
+def compare_runs(old: Side, new: Side, threshold: float = THRESHOLD) -> Comparison:
+    """The rows of a comparison: shapes timed on both sides, status changes, and solutions or
+    shapes present on one side only."""
     _same_profile(old, new)
     old_by, new_by = _by_solution(old.latest), _by_solution(new.latest)
-    result: dict[str, list[dict[str, Any]]] = {
-        "shapes": [],
-        "status": [],
-        "only_old": [],
-        "only_new": [],
-    }
+    result = Comparison()
     for key in sorted(old_by.keys() | new_by.keys()):
         before, after = old_by.get(key), new_by.get(key)
         if before is None or after is None:
             one = before or after
             assert one is not None
-            side = "only_old" if after is None else "only_new"
-            result[side].append(_one_sided(one, "(every shape)"))
+            side = result.only_old if after is None else result.only_new
+            side.append(_one_sided(one, "(every shape)"))
             continue
         if before.status != after.status:
-            result["status"].append({**_names(before), "old": before.status, "new": after.status})
+            result.status.append(StatusChange(*_names(before), before.status, after.status))
         _compare_shapes(before, after, threshold, result)
     return result
 
@@ -205,50 +216,51 @@ def _shape_key(bench: BenchRow) -> tuple[str, tuple[str, ...]]:
     return bench.name, bench.inputs
 
 
-def _names(run: RunRecord) -> dict[str, Any]:
+def _names(run: RunRecord) -> tuple[str, str]:
+    """The problem, and the solution as the tables name it."""
     cpu = CPU_MARK if ran_on_cpu_beside_gpu(run) else ""
-    return {"problem": run.problem, "solution": run.solution + cpu}
+    return run.problem, run.solution + cpu
 
 
-def _one_sided(run: RunRecord, shape: str) -> dict[str, Any]:
-    return {**_names(run), "shape": shape, "status": run.status}
+def _one_sided(run: RunRecord, shape: str) -> OneSided:
+    return OneSided(*_names(run), shape, run.status)
 
 
 def _compare_shapes(
     before: RunRecord,
     after: RunRecord,
     threshold: float,
-    result: dict[str, list[dict[str, Any]]],
+    result: Comparison,
 ) -> None:
     old_shapes = {_shape_key(b): b for b in before.benchmarks}
     new_shapes = {_shape_key(b): b for b in after.benchmarks}
     for key, old_bench in old_shapes.items():
         if key not in new_shapes:
-            result["only_old"].append(_one_sided(before, report.bench_label(old_bench)))
+            result.only_old.append(_one_sided(before, report.bench_label(old_bench)))
             continue
         new_bench = new_shapes[key]
         ratio = time_ratio(old_bench, new_bench)
         speedups, paired = speedup_ratio(old_bench, new_bench)
-        result["shapes"].append(
-            {
-                **_names(after),
-                "shape": report.bench_label(new_bench),
-                "old_us": old_bench.solution.median_us,
-                "new_us": new_bench.solution.median_us,
-                "ratio": ratio,
-                "verdict": verdict(ratio, threshold),
-                "old_speedup": report.bench_speedup(old_bench).value,
-                "new_speedup": report.bench_speedup(new_bench).value,
-                "speedup_ratio": speedups,
-                "speedup_verdict": verdict(speedups, threshold),
-                "paired": paired,
-                "old_load": load.cell(before),
-                "new_load": load.cell(after),
-            }
+        result.shapes.append(
+            ShapeChange(
+                *_names(after),
+                shape=report.bench_label(new_bench),
+                old_us=old_bench.solution.median_us,
+                new_us=new_bench.solution.median_us,
+                ratio=ratio,
+                verdict=verdict(ratio, threshold),
+                old_speedup=report.bench_speedup(old_bench).value,
+                new_speedup=report.bench_speedup(new_bench).value,
+                speedup_ratio=speedups,
+                speedup_verdict=verdict(speedups, threshold),
+                paired=paired,
+                old_load=load.cell(before),
+                new_load=load.cell(after),
+            )
         )
     for key, new_bench in new_shapes.items():
         if key not in old_shapes:
-            result["only_new"].append(_one_sided(after, report.bench_label(new_bench)))
+            result.only_new.append(_one_sided(after, report.bench_label(new_bench)))
 
 
 def render_comparison(old_spec: str, new_spec: str, threshold: float = THRESHOLD) -> str:
@@ -258,17 +270,18 @@ def render_comparison(old_spec: str, new_spec: str, threshold: float = THRESHOLD
     result = compare_runs(old, new, threshold)
     parts = [
         f"# Comparison: {old_spec} -> {new_spec}\n\n{_sides_table(old, new)}",
-        _explanation(result["shapes"], threshold),
-        "## Shapes timed on both sides\n\n" + _shapes_table(result["shapes"]),
+        _explanation(result.shapes, threshold),
+        "## Shapes timed on both sides\n\n" + _shapes_table(result.shapes),
     ]
     titles = {"status": "Status changes", "only_old": "Only in old", "only_new": "Only in new"}
     for key, title in titles.items():
-        if result[key]:
-            parts.append(f"## {title}\n\n" + _plain_table(result[key]))
+        rows = getattr(result, key)
+        if rows:
+            parts.append(f"## {title}\n\n" + _plain_table(rows))
     return "\n\n".join(parts) + "\n"
 
 
-def _explanation(rows: list[dict[str, Any]], threshold: float) -> str:
+def _explanation(rows: list[ShapeChange], threshold: float) -> str:
     """How to read the shapes table, the verdicts counted, and where the two ratios disagree."""
     text = (
         f"Time old/new is the old median time over the new; speedup new/old is the new "
@@ -280,7 +293,7 @@ def _explanation(rows: list[dict[str, Any]], threshold: float) -> str:
         f"and other processes on the GPU, where recorded.{CPU_MARK} marks a C++ solution timed "
         f"on the CPU against the reference on the CPU."
     )
-    if not all(row["paired"] for row in rows):
+    if not all(row.paired for row in rows):
         text += (
             " * marks a speedup ratio with a side recorded before speedups were paired: that "
             "side's interval is the unpaired one of its two medians."
@@ -289,7 +302,7 @@ def _explanation(rows: list[dict[str, Any]], threshold: float) -> str:
         f"Time old/new: {_counted(rows, 'verdict')}.",
         f"Speedup new/old: {_counted(rows, 'speedup_verdict')}.",
     ]
-    split = sum(row["verdict"] != row["speedup_verdict"] for row in rows)
+    split = sum(row.verdict != row.speedup_verdict for row in rows)
     if split:
         counts.append(
             f"The two verdicts disagree on {split} shape(s): eager's own time moved between the "
@@ -299,9 +312,9 @@ def _explanation(rows: list[dict[str, Any]], threshold: float) -> str:
     return text + "\n\n" + " ".join(counts)
 
 
-def _counted(rows: list[dict[str, Any]], key: str) -> str:
+def _counted(rows: list[ShapeChange], key: str) -> str:
     """'1 faster, 0 slower, 2 unchanged': the rows' verdicts under `key`."""
-    verdicts = [row[key] for row in rows]
+    verdicts = [getattr(row, key) for row in rows]
     return ", ".join(f"{verdicts.count(v)} {v}" for v in ("faster", "slower", "unchanged"))
 
 
@@ -322,21 +335,21 @@ def _sides_table(old: Side, new: Side) -> str:
     return tabulate(lines, headers=headers, tablefmt="github", disable_numparse=True)
 
 
-def _shapes_table(rows: list[dict[str, Any]]) -> str:
+def _shapes_table(rows: list[ShapeChange]) -> str:
     lines = [
         [
-            row["problem"],
-            row["solution"],
-            row["shape"],
-            _us(row["old_us"]),
-            _us(row["new_us"]),
-            _ratio_cell(row["ratio"]),
-            row["verdict"],
-            f"{row['old_speedup']:.2f}x",
-            f"{row['new_speedup']:.2f}x",
-            _ratio_cell(row["speedup_ratio"]) + ("" if row["paired"] else "*"),
-            row["speedup_verdict"],
-            f"{row['old_load']} -> {row['new_load']}",
+            row.problem,
+            row.solution,
+            row.shape,
+            _us(row.old_us),
+            _us(row.new_us),
+            _ratio_cell(row.ratio),
+            row.verdict,
+            f"{row.old_speedup:.2f}x",
+            f"{row.new_speedup:.2f}x",
+            _ratio_cell(row.speedup_ratio) + ("" if row.paired else "*"),
+            row.speedup_verdict,
+            f"{row.old_load} -> {row.new_load}",
         ]
         for row in rows
     ]
@@ -354,7 +367,7 @@ def _shapes_table(rows: list[dict[str, Any]]) -> str:
         "by speedup",
         "load old -> new",
     ]
-    if all(row["old_load"] == row["new_load"] == "-" for row in rows):  # none recorded
+    if all(row.old_load == row.new_load == "-" for row in rows):  # none recorded
         headers, lines = headers[:-1], [line[:-1] for line in lines]
     return tabulate(lines, headers=headers, tablefmt="github", disable_numparse=True)
 
@@ -363,8 +376,10 @@ def _ratio_cell(ratio: stats.Interval) -> str:
     return f"{ratio.value:.3f} [{ratio.low:.3f}, {ratio.high:.3f}]"
 
 
-def _plain_table(rows: list[dict[str, Any]]) -> str:
-    return tabulate(rows, headers="keys", tablefmt="github", disable_numparse=True)
+def _plain_table(rows: list[StatusChange] | list[OneSided]) -> str:
+    return tabulate(
+        [asdict(row) for row in rows], headers="keys", tablefmt="github", disable_numparse=True
+    )
 
 
 def _us(value: float) -> str:

@@ -12,8 +12,8 @@ but never chosen as a problem's best: its speedup does not compare with the GPU'
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 from tabulate import tabulate
 
@@ -55,27 +55,37 @@ def ran_on_cpu_beside_gpu(record: RunRecord) -> bool:
     return record.device == "cpu" and bool(record.machine.gpu)
 
 
-def summary_rows(all_records: list[RunRecord]) -> list[dict[str, Any]]:
-    """One row per (problem, solution) from its latest record.
+@dataclass(frozen=True)
+class SummaryRow:
+    """A solution's line in the summary, from its latest record."""
 
-    Keys: problem, solution, solution_path, status, shapes, score, vs_compile (floats or None),
-    cpu (True for a CPU-run solution on a GPU machine: never a problem's best).
-    """
+    problem: str
+    solution: str  # its stem, or its path where two files of the problem share the stem
+    solution_path: str
+    status: str
+    shapes: int
+    score: float | None  # geomean of its speedups (`score`)
+    vs_compile: float | None  # ... over torch.compile (`compile_score`)
+    cpu: bool  # a CPU-run solution on a GPU machine: never a problem's best
+
+
+def summary_rows(all_records: list[RunRecord]) -> list[SummaryRow]:
+    """One row per (problem, solution) from its latest record."""
     latest = latest_records(all_records)
     rows = []
     for record in latest:
         same_stem = [r for r in latest if _stem_key(r) == _stem_key(record)]
         rows.append(
-            {
-                "problem": record.problem,
-                "solution": record.solution if len(same_stem) == 1 else record.solution_path,
-                "solution_path": record.solution_path,
-                "status": record.status,
-                "shapes": len(record.benchmarks),
-                "score": score(record),
-                "vs_compile": compile_score(record),
-                "cpu": ran_on_cpu_beside_gpu(record),
-            }
+            SummaryRow(
+                problem=record.problem,
+                solution=record.solution if len(same_stem) == 1 else record.solution_path,
+                solution_path=record.solution_path,
+                status=record.status,
+                shapes=len(record.benchmarks),
+                score=score(record),
+                vs_compile=compile_score(record),
+                cpu=ran_on_cpu_beside_gpu(record),
+            )
         )
     return rows
 
@@ -84,23 +94,23 @@ def _stem_key(record: RunRecord) -> tuple[str, str]:
     return record.problem, record.solution
 
 
-def best_per_problem(rows: list[dict[str, Any]]) -> dict[str, dict[str, Any] | None]:
+def best_per_problem(rows: list[SummaryRow]) -> dict[str, SummaryRow | None]:
     """Each problem's highest-scoring ok row (CPU-run rows excluded), or None where none is ok."""
-    best: dict[str, dict[str, Any] | None] = {row["problem"]: None for row in rows}
+    best: dict[str, SummaryRow | None] = {row.problem: None for row in rows}
     for row in rows:
-        if row["status"] != status.OK or row["score"] is None or row["cpu"]:
+        if row.status != status.OK or row.score is None or row.cpu:
             continue
-        current = best[row["problem"]]
-        if current is None or row["score"] > current["score"]:
-            best[row["problem"]] = row
+        current = best[row.problem]
+        if current is None or row.score > (current.score or 0.0):
+            best[row.problem] = row
     return best
 
 
-def fast_p(best: dict[str, dict[str, Any] | None], p: float) -> float:
+def fast_p(best: dict[str, SummaryRow | None], p: float) -> float:
     """Share of problems whose best solution is ok and scores above p; nan with no problems."""
     if not best:
         return math.nan
-    fast = [row for row in best.values() if row is not None and row["score"] > p]
+    fast = [row for row in best.values() if row is not None and (row.score or 0.0) > p]
     return len(fast) / len(best)
 
 
@@ -114,7 +124,7 @@ def summary_markdown(all_records: list[RunRecord]) -> str:
         "## Best per problem\n\n" + _best_table(rows, best),
         "## Over all problems\n\n" + _overall(best),
     ]
-    if any(row["cpu"] for row in rows):
+    if any(row.cpu for row in rows):
         parts.append(
             f"`{CPU_MARK.strip()}`: a C++ solution checked and timed on the CPU, against the "
             "reference on the CPU. Its speedup does not compare with the GPU's, so it is never "
@@ -134,8 +144,8 @@ def write_summary(folder: Path, all_records: list[RunRecord]) -> Path:
 
 def _header(
     all_records: list[RunRecord],
-    rows: list[dict[str, Any]],
-    best: dict[str, dict[str, Any] | None],
+    rows: list[SummaryRow],
+    best: dict[str, SummaryRow | None],
 ) -> str:
     latest = latest_records(all_records)
     newest = shown.newest(latest)
@@ -161,16 +171,16 @@ def _times(value: float | None) -> str:
     return "" if value is None or math.isnan(value) else f"{value:.2f}x"
 
 
-def _solutions_table(rows: list[dict[str, Any]], best: dict[str, dict[str, Any] | None]) -> str:
+def _solutions_table(rows: list[SummaryRow], best: dict[str, SummaryRow | None]) -> str:
     lines = [
         [
-            row["problem"],
-            row["solution"] + (CPU_MARK if row["cpu"] else ""),
-            row["status"],
-            str(row["shapes"]),
-            _times(row["score"]),
-            _times(row["vs_compile"]),
-            "yes" if best.get(row["problem"]) is row else "",
+            row.problem,
+            row.solution + (CPU_MARK if row.cpu else ""),
+            row.status,
+            str(row.shapes),
+            _times(row.score),
+            _times(row.vs_compile),
+            "yes" if best.get(row.problem) is row else "",
         ]
         for row in rows
     ]
@@ -178,10 +188,10 @@ def _solutions_table(rows: list[dict[str, Any]], best: dict[str, dict[str, Any] 
     return tabulate(lines, headers=headers, tablefmt="github", disable_numparse=True)
 
 
-def _best_table(rows: list[dict[str, Any]], best: dict[str, dict[str, Any] | None]) -> str:
-    cpu_only = {row["problem"] for row in rows if row["cpu"] and row["status"] == status.OK}
+def _best_table(rows: list[SummaryRow], best: dict[str, SummaryRow | None]) -> str:
+    cpu_only = {row.problem for row in rows if row.cpu and row.status == status.OK}
     lines = [
-        [problem, row["solution"], _times(row["score"]), _times(row["vs_compile"])]
+        [problem, row.solution, _times(row.score), _times(row.vs_compile)]
         if row
         else [problem, "(only CPU runs ok)" if problem in cpu_only else "(none ok)", "", ""]
         for problem, row in best.items()
@@ -190,8 +200,8 @@ def _best_table(rows: list[dict[str, Any]], best: dict[str, dict[str, Any] | Non
     return tabulate(lines, headers=headers, tablefmt="github", disable_numparse=True)
 
 
-def _overall(best: dict[str, dict[str, Any] | None]) -> str:
-    scores = [row["score"] for row in best.values() if row is not None]
+def _overall(best: dict[str, SummaryRow | None]) -> str:
+    scores = [row.score for row in best.values() if row is not None and row.score is not None]
     lines = [[f"fast_{p:g}", _share(fast_p(best, p), len(best))] for p in FAST_P]
     table = tabulate(lines, headers=["metric", "value"], tablefmt="github", disable_numparse=True)
     return (

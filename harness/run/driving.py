@@ -5,6 +5,7 @@ cluster), and what is printed at the end (each problem's rows; a sweep's geomean
 from __future__ import annotations
 
 import argparse
+import shlex
 import sys
 import time
 from pathlib import Path
@@ -138,7 +139,7 @@ def run_work(
 
 def finish(session: Session, outcome: list[tuple[Any, Any]], sweep_s: float | None) -> int:
     """Print each problem's rows and the summary; the exit status."""
-    from harness.results import comparison, rendering
+    from harness.results import rendering
     from harness.run.session import passed
 
     code, recorded, records = EXIT_OK, False, []
@@ -157,7 +158,7 @@ def finish(session: Session, outcome: list[tuple[Any, Any]], sweep_s: float | No
         print(f"summary across problems: {written}")
     if sweep_s is not None:
         print(sweep_summary(records, session.run_id, sweep_s))
-    print(comparison.run_line(session.folder, session.run_id))
+    print(run_line(session.folder, session.run_id))
     return code
 
 
@@ -170,7 +171,7 @@ def sweep_summary(records: list[RunRecord], run_id: str, seconds: float) -> str:
     from harness.results import summary
 
     best = summary.best_per_problem(summary.summary_rows(records))
-    scores = [row["score"] for row in best.values() if row]
+    scores = [row.score for row in best.values() if row and row.score is not None]
     geomean = summary.geomean(scores) if scores else None
     verdicts = ", ".join(f"{n} {s}" for s, n in Counter(r.status for r in records).most_common())
     fast = ", ".join(f"fast_{p:g} {summary.fast_p(best, p):.0%}" for p in (0.0, *summary.FAST_P))
@@ -208,3 +209,31 @@ def show_results(session: Session, problem: str, done: list[RunRecord]) -> None:
         print(f"not recorded (--no-record): nothing written under {session.folder.parent}\n")
         return
     print(console.compact(problem, done, session.folder / f"{problem}.md") + "\n")
+
+
+def run_line(folder: Path, run_id: str) -> str:
+    """The line that ends a run: its id, where its results are, and the --compare command that
+    sets its timed rows beside the newest earlier timed run of one of its solutions, where
+    there is one (a check-only run or replay has no rows to compare). The command runs as
+    printed: no placeholder, and each folder quoted for the shell where it needs to be."""
+    from harness import record
+    from harness.settings import typed
+
+    all_records = record.read(folder) if (folder / record.LOG_NAME).exists() else []
+    this_run = [r for r in all_records if r.run_id == run_id]
+    if not this_run:
+        return f"run {run_id}: nothing recorded"
+    ours = {(r.problem, r.solution_path) for r in this_run}
+    shown = typed(folder)
+    where = f"run {run_id}: results in {shown}/"
+    if not any(r.benchmarks for r in this_run):
+        return f"{where} (checked only, no timings to compare)"
+    earlier = [
+        r.run_id
+        for r in all_records
+        if r.run_id != run_id and r.benchmarks and (r.problem, r.solution_path) in ours
+    ]
+    if not earlier:
+        return f"{where} (the first timed run of these solutions here)"
+    old, new = (shlex.quote(f"{shown}@{run}") for run in (earlier[-1], run_id))
+    return f"{where} (compare with: python run.py --compare {old} {new})"
