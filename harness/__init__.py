@@ -45,6 +45,7 @@ measure/   the worker process, one per solution: builds, checks and times it
 results/   reads recorded files only (no GPU, no worker): what people read
     rendering  re-render a results folder (tables, charts, summary), reading its log once
     report     a problem's tables (markdown and CSV)
+    columns    a problem table's columns: the row type, the headers, the CSV's order
     shown      which record of each solution a table shows (a passing untimed run hides none)
     console    the compact table a run prints, every note in full
     flagged    a row's flags: what a reader must know before trusting its numbers

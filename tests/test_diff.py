@@ -72,9 +72,7 @@ def test_status_changes_and_one_sided_solutions_are_listed(folder: Path) -> None
     result = comparison.compare_runs(
         comparison.select(f"{folder}@{OLD_COMMIT}"), comparison.select(f"{folder}@{NEW_RUN}")
     )
-    assert [(r.solution, r.old, r.new) for r in result.status] == [
-        ("broke", "ok", "incorrect")
-    ]
+    assert [(r.solution, r.old, r.new) for r in result.status] == [("broke", "ok", "incorrect")]
     assert [r.solution for r in result.only_old] == ["broke", "dropped"]
     assert [r.solution for r in result.only_new] == ["added"]
 

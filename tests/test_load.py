@@ -38,7 +38,7 @@ def test_the_load_reads_back_and_is_left_out_where_not_read() -> None:
 
 
 def flags_of(*runs) -> dict[str, str]:
-    return {row["solution"]: row["flags"] for row in report.table_rows(list(runs))}
+    return {row.solution: row.flags for row in report.table_rows(list(runs))}
 
 
 def test_a_cpu_row_timed_with_more_load_than_cpus_is_flagged_with_the_numbers() -> None:

@@ -167,9 +167,9 @@ def test_flags_warn_above_the_ceiling_when_launch_bound_noisy_or_throttled() -> 
     )
     run = replace(make.record("p", "s", [bench]), ceiling=Ceiling(copy_gbps=4000.0))
     row = report.table_rows([run])[0]
-    assert row["gbps"] == pytest.approx(5000.0)  # 10 MB in 2 us
-    flags = row["flags"]
+    assert row.gbps == pytest.approx(5000.0)  # 10 MB in 2 us
+    flags = row.flags
     assert "ABOVE the copy ceiling" in flags and "launch-bound" in flags
     assert "noisy solution" in flags and "throttled: 12 samples (power cap)" in flags
     quiet = make.bench(solution_us=20.0, reference_us=80.0)
-    assert report.table_rows([make.record("p", "q", [quiet])])[0]["flags"] == ""
+    assert report.table_rows([make.record("p", "q", [quiet])])[0].flags == ""

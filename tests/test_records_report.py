@@ -135,19 +135,19 @@ def test_rows_one_per_benchmark_or_one_for_a_failure() -> None:
     ok = run("fast", benchmarks=[timed(10.0, 25.0), timed(100.0, 150.0, name="big")])
     failed = run("broken", status="compile_error", detail="main.cu(3): error: x")
     rows = report.table_rows([ok, failed])
-    assert [(r["solution"], r["shape"], r["status"]) for r in rows] == [
+    assert [(r.solution, r.shape, r.status) for r in rows] == [
         ("fast", "512x1024", "ok"),
         ("fast", "big", "ok"),
         ("broken", "-", "compile_error"),
     ]
-    assert rows[0]["speedup"] == pytest.approx(2.5) and rows[1]["speedup"] == pytest.approx(1.5)
-    assert rows[0]["iqr_pct"] == pytest.approx(10.0)
+    assert rows[0].speedup == pytest.approx(2.5) and rows[1].speedup == pytest.approx(1.5)
+    assert rows[0].iqr_pct == pytest.approx(10.0)
     assert report.notes(rows[2]) == "main.cu(3): error: x (log: logs/r1/broken.log)"
 
 
 def test_same_named_solutions_from_two_folders_are_told_apart() -> None:
     rows = report.table_rows([run("mine"), run("mine", path="/home/me/mine.py")])
-    assert {r["solution"] for r in rows} == {"solutions/p/mine.py", "/home/me/mine.py"}
+    assert {r.solution for r in rows} == {"solutions/p/mine.py", "/home/me/mine.py"}
 
 
 def test_tables_render_from_the_log_alone(tmp_path: Path) -> None:
@@ -175,8 +175,8 @@ def test_long_details_are_cut_in_the_markdown_only(tmp_path: Path) -> None:
 def test_old_rows_without_a_paired_speedup_show_the_ratio_of_medians_without_interval() -> None:
     old = replace(timed(10.0, 25.0), speedup=None)
     (row,) = report.table_rows([run("old", benchmarks=[old])])
-    assert row["speedup"] == pytest.approx(2.5)
-    assert row["speedup_low"] is None and row["speedup_high"] is None
+    assert row.speedup == pytest.approx(2.5)
+    assert row.speedup_low is None and row.speedup_high is None
     line = report.markdown_table([row]).splitlines()[2]
     assert "2.50x" in [cell.strip() for cell in line.strip("|").split("|")]
 
@@ -185,10 +185,10 @@ def test_a_side_that_waits_for_the_device_is_flagged_in_the_row() -> None:
     row = timed(10.0, 25.0)
     waits = replace(row, solution=replace(row.solution, synchronizes=True))
     (flagged,) = report.table_rows([run("waits", benchmarks=[waits])])
-    assert "solution synchronizes with the device" in flagged["flags"]
-    assert "reference synchronizes" not in flagged["flags"]
+    assert "solution synchronizes with the device" in flagged.flags
+    assert "reference synchronizes" not in flagged.flags
     (plain,) = report.table_rows([run("plain", benchmarks=[row])])
-    assert "synchronizes" not in plain["flags"]
+    assert "synchronizes" not in plain.flags
 
 
 def test_a_progress_line_labels_both_sides_and_formats_times_as_the_table() -> None:

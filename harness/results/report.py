@@ -7,6 +7,8 @@ or one row carrying the verdict where the solution did not reach timing.
 from __future__ import annotations
 
 import datetime
+from collections.abc import Mapping
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -16,68 +18,38 @@ from tabulate import tabulate
 from harness import files, status
 from harness.record import LOG_NAME, BenchRow, Ceiling, GpuState, Machine, RunRecord
 from harness.results import flagged, load, shown
+from harness.results.columns import COLUMNS, CSV_COLUMNS, TableRow
 from harness.settings import KERNELBENCH
 from harness.stats import Interval
 
 NOTES_CHARS = 160  # a markdown cell longer than this is cut; the CSV keeps it whole
-COLUMNS = {  # column: header in the markdown table
-    "solution": "solution",
-    "shape": "shape",
-    "status": "status",
-    "median_us": "time (us)",
-    "iqr_pct": "IQR",
-    "n": "n",
-    "ref_median_us": "eager (us)",
-    "speedup": "speedup [95% CI]",
-    "per_call_speedup": "per call [95% CI]",
-    "vs_compile": "vs compile",
-    "gbps": "GB/s",
-    "ceiling_pct": "of copy",
-    "when": "run (UTC)",
-    "notes": "notes",  # detail, flags and log, see notes()
-}
-
-# The CSV's columns beyond the table's, in order (written as words to keep the list short).
-CSV_EXTRA = """
-    speedup speedup_low speedup_high vs_compile vs_compile_low vs_compile_high
-    per_call_us ref_per_call_us per_call_speedup per_call_speedup_low per_call_speedup_high
-    host_bound compile_median_us compile_cached compile_mismatch ref_iqr_pct rse ref_rse stop mode
-    floor_us launch_bound bytes flops tflops ncu_bytes ncu_pct ncu_kernels sm_mhz temp_c
-    throttled_samples own_share reference_share
-"""
-CSV_COLUMNS = [
-    *(c for c in COLUMNS if c not in ("notes", "speedup", "per_call_speedup", "vs_compile")),
-    *CSV_EXTRA.split(),
-    *load.CSV_COLUMNS,
-    *"flags detail warnings log solution_path run_id".split(),  # noqa: SIM905
-]
 
 
-def table_rows(problem_records: list[RunRecord]) -> list[dict[str, Any]]:
+def table_rows(problem_records: list[RunRecord]) -> list[TableRow]:
     """One row per (solution, benchmark); a solution that did not reach timing gets one row."""
     stems = [record.solution for record in problem_records]
     rows = []
     for record in problem_records:
         # Two files of the same name from different folders are told apart by their paths.
         unique = stems.count(record.solution) == 1
-        base = {
-            "solution": record.solution if unique else record.solution_path,
-            "status": record.status,
-            "when": _short_time(record.time),
-            "detail": record.detail or _device_note(record),
-            "warnings": "; ".join(record.warnings),
-            "log": record.log,
-            "solution_path": record.solution_path,
-            "run_id": record.run_id,
-            "own_share": record.own_share,
-            "reference_share": record.reference_share,
-        }
+        base = TableRow(
+            solution=record.solution if unique else record.solution_path,
+            status=record.status,
+            when=_short_time(record.time),
+            detail=record.detail or _device_note(record),
+            warnings="; ".join(record.warnings),
+            log=record.log,
+            solution_path=record.solution_path,
+            run_id=record.run_id,
+            own_share=record.own_share,
+            reference_share=record.reference_share,
+        )
         if not record.benchmarks:
-            rows.append({**base, "shape": "-"})
+            rows.append(base)
         ceiling = record.ceiling if record.device != "cpu" else None
         busy = load.columns(record)
         for bench in record.benchmarks:
-            rows.append({**base, **_timing_columns(bench, ceiling, busy)})
+            rows.append(replace(base, **_timing_columns(bench, ceiling, busy)))
     return rows
 
 
@@ -227,13 +199,13 @@ def _device_note(record: RunRecord) -> str:
     return ""
 
 
-def notes(row: dict[str, Any]) -> str:
+def notes(row: TableRow) -> str:
     """The flags and the detail, cut to NOTES_CHARS, and the log's path where it failed."""
-    text = "; ".join(t for t in (row.get("flags"), row.get("detail"), row.get("warnings")) if t)
+    text = "; ".join(t for t in (row.flags, row.detail, row.warnings) if t)
     if len(text) > NOTES_CHARS:
         text = text[: NOTES_CHARS - 3].rstrip() + "..."
-    if row["status"] != status.OK and row.get("log"):
-        text = f"{text} (log: {row['log']})" if text else f"log: {row['log']}"
+    if row.status != status.OK and row.log:
+        text = f"{text} (log: {row.log})" if text else f"log: {row.log}"
     return text
 
 
@@ -244,13 +216,13 @@ def _short_time(stamp: str | None) -> str:
     return moment.strftime("%Y-%m-%d %H:%M")
 
 
-def markdown_table(rows: list[dict[str, Any]]) -> str:
-    shown = [[_format(column, row.get(column)) for column in COLUMNS] for row in rows]
+def markdown_table(rows: list[TableRow]) -> str:
+    shown = [[_format(column, getattr(row, column, None)) for column in COLUMNS] for row in rows]
     ratio_at = {c: list(COLUMNS).index(c) for c in ("speedup", "per_call_speedup", "vs_compile")}
     for line, row in zip(shown, rows, strict=True):
         line[-1] = notes(row)
         for column, at in ratio_at.items():
-            line[at] = _ratio_cell(row, column)
+            line[at] = _ratio_cell(vars(row), column)
     return tabulate(shown, headers=list(COLUMNS.values()), tablefmt="github", disable_numparse=True)
 
 
@@ -273,7 +245,7 @@ def format_us(value: float) -> str:
     return f"{value:.2f}" if value < 10 else f"{value:.1f}" if value < 1000 else f"{value:,.0f}"
 
 
-def _ratio_cell(row: dict[str, Any], column: str) -> str:
+def _ratio_cell(row: Mapping[str, Any], column: str) -> str:
     """'2.08x [2.05, 2.11]', or '2.08x' where no interval was recorded; '*' marks a cached
     compile baseline."""
     value = row.get(column)
@@ -287,7 +259,7 @@ def _ratio_cell(row: dict[str, Any], column: str) -> str:
 
 
 def render_markdown(
-    problem: str, rows: list[dict[str, Any]], latest: RunRecord | None, chart: str | None = None
+    problem: str, rows: list[TableRow], latest: RunRecord | None, chart: str | None = None
 ) -> str:
     """The problem's page; `latest`, the newest record shown, says where and how it ran."""
     machine = latest.machine if latest else Machine()
@@ -372,7 +344,7 @@ def write_tables(
     problem_records = shown.latest_per_solution(records, problem)
     rows = table_rows(problem_records)
     markdown = render_markdown(problem, rows, shown.newest(problem_records), chart)
-    frame = pd.DataFrame(rows, columns=CSV_COLUMNS)
+    frame = pd.DataFrame([vars(row) for row in rows], columns=CSV_COLUMNS)
     md_path, csv_path = folder / f"{problem}.md", folder / f"{problem}.csv"
     files.write_atomic(md_path, markdown)
     files.write_atomic(csv_path, frame.to_csv(index=False, float_format="%.6g"))
