@@ -60,11 +60,11 @@ def decode(cls: type[T], data: Mapping[str, Any]) -> T:
     upgraded = getattr(cls, "upgraded", None)
     if upgraded is not None:
         data = upgraded(data)
-    hints = _hints(cls)  # type: ignore[arg-type]
+    field_types = hints(cls)  # type: ignore[arg-type]
     values = {}
     for f in dataclasses.fields(cls):  # type: ignore[arg-type]
         if f.name in data:
-            value = _value(hints[f.name], data[f.name], f)
+            value = _value(field_types[f.name], data[f.name], f)
             if value is not _SKIP:
                 values[f.name] = value
     return cls(**values)
@@ -77,7 +77,8 @@ def decode_value(hint: Any, raw: Any) -> Any:
 
 
 @functools.cache
-def _hints(cls: type) -> dict[str, Any]:
+def hints(cls: type) -> dict[str, Any]:
+    """The type of each field of `cls`, read once."""
     return typing.get_type_hints(cls)
 
 

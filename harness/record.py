@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import datetime
 import sys
-import typing
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -93,28 +92,21 @@ class BenchRow:
     launch_bound: bool | None = None
     bytes: int | None = None  # what the problem must move ...
     flops: int | None = None  # ... and compute
-    spot_checks: int | None = field(
-        default=None, metadata=OMIT_NONE
-    )  # timed calls whose output was checked (not in graph mode)
-    wall_us: float | None = field(
-        default=None, metadata=OMIT_NONE
-    )  # the wall-clock cross-check per call (not in graph mode)
+    # timed calls whose output was checked (not in graph mode)
+    spot_checks: int | None = field(default=None, metadata=OMIT_NONE)
+    # the wall-clock cross-check per call (not in graph mode)
+    wall_us: float | None = field(default=None, metadata=OMIT_NONE)
     compile: CompileBaseline | None = field(default=None, metadata=OMIT_NONE)
-    vs_compile: Interval | None = field(
-        default=None, metadata=OMIT_NONE
-    )  # speedup over `compile`, unless it gave a wrong answer
-    witness: Witness | None = field(
-        default=None, metadata=OMIT_NONE
-    )  # what Nsight Compute counted (run.py --ncu)
-    backward: str | None = field(
-        default=None, metadata=OMIT_NONE
-    )  # "backward" or "forward+backward": a pass's row, else None
-    per_call: PerCall | None = field(
-        default=None, metadata=OMIT_NONE
-    )  # host time included (GPU rows since 2026-12-01)
-    host_bound: str | None = field(
-        default=None, metadata=OMIT_NONE
-    )  # "reference" or "solution": per-call and device speedups part
+    # speedup over `compile`, unless it gave a wrong answer
+    vs_compile: Interval | None = field(default=None, metadata=OMIT_NONE)
+    # what Nsight Compute counted (run.py --ncu)
+    witness: Witness | None = field(default=None, metadata=OMIT_NONE)
+    # "backward" or "forward+backward": a pass's row, else None
+    backward: str | None = field(default=None, metadata=OMIT_NONE)
+    # host time included (GPU rows since 2026-12-01)
+    per_call: PerCall | None = field(default=None, metadata=OMIT_NONE)
+    # "reference" or "solution": per-call and device speedups part
+    host_bound: str | None = field(default=None, metadata=OMIT_NONE)
 
 
 @dataclass(frozen=True)
@@ -140,16 +132,12 @@ class Ceiling:
     cached: bool | None = None  # read from ceiling.json rather than measured by this run
 
 
-GPU_FIELDS = ("capability", "sm_count", "l2_bytes", "memory_bytes", "driver")
-LOAD_FIELDS = ("load_1m", "cpu_count", "gpu_processes")
-
-
 @dataclass(frozen=True)
 class Machine:
-    """The machine a run happened on (harness.run.machine.describe); the GPU's own fields
-    (GPU_FIELDS) are recorded only where there is a GPU. Its load when the solution's run
-    began (LOAD_FIELDS, harness.run.machine.load) is left out where it was not read, as in
-    records from before it was."""
+    """The machine a run happened on (harness.run.machine.describe). The GPU's own fields
+    (capability to driver) are written only where there is a GPU, and its load when the
+    solution's run began (load_1m to gpu_processes, harness.run.machine.load) only where it was
+    read, as in records from before it was."""
 
     device: str | None = None
     gpu: str | None = None
@@ -166,15 +154,12 @@ class Machine:
     l2_bytes: int | None = field(default=None, metadata=OMIT_NONE)
     memory_bytes: int | None = field(default=None, metadata=OMIT_NONE)
     driver: str | None = field(default=None, metadata=OMIT_NONE)
-    load_1m: float | None = field(
-        default=None, metadata=OMIT_NONE
-    )  # the 1-minute load average (os.getloadavg)
-    cpu_count: int | None = field(
-        default=None, metadata=OMIT_NONE
-    )  # the host's logical CPUs, which that average is shared by
-    gpu_processes: int | None = field(
-        default=None, metadata=OMIT_NONE
-    )  # other processes on the GPU (NVML, where it is available)
+    # the 1-minute load average (os.getloadavg)
+    load_1m: float | None = field(default=None, metadata=OMIT_NONE)
+    # the host's logical CPUs, which that average is shared by
+    cpu_count: int | None = field(default=None, metadata=OMIT_NONE)
+    # other processes on the GPU (NVML, where it is available)
+    gpu_processes: int | None = field(default=None, metadata=OMIT_NONE)
 
 
 @dataclass(frozen=True)
@@ -203,31 +188,27 @@ class RunRecord:
     benchmarks: tuple[BenchRow, ...] = ()
     warnings: tuple[str, ...] = ()
     ceiling: Ceiling | None = None
-    device: str | None = field(
-        default=None, metadata=OMIT_NONE
-    )  # where the solution ran ("cpu" for a C++ one on a GPU machine)
-    reason: str | None = field(
-        default=None, metadata=OMIT_NONE
-    )  # the rule a "rejected" solution broke
+    # where the solution ran ("cpu" for a C++ one on a GPU machine)
+    device: str | None = field(default=None, metadata=OMIT_NONE)
+    # the rule a "rejected" solution broke
+    reason: str | None = field(default=None, metadata=OMIT_NONE)
     builds: tuple[Build, ...] | None = field(default=None, metadata=OMIT_NONE)
     build_s: float | None = field(default=None, metadata=OMIT_NONE)
-    # Of the solution's device time in its profiled call, from 0 to 1 (harness.measure.profiling)
-    own_share: float | None = field(default=None, metadata=OMIT_NONE)  # in its own kernels
-    reference_share: float | None = field(
-        default=None, metadata=OMIT_NONE
-    )  # in kernels the reference launches too
-    reference_hash: str | None = field(
-        default=None, metadata=OMIT_NONE
-    )  # the reference's sources (toolchain.source_hash)
-    phase_s: dict[str, float] | None = field(
-        default=None, metadata=OMIT_NONE
-    )  # seconds in each step of the worker (isolate)
+    # Of the solution's device time in its profiled call, from 0 to 1 (harness.measure.profiling):
+    # in its own kernels,
+    own_share: float | None = field(default=None, metadata=OMIT_NONE)
+    # ... and in kernels the reference launches too
+    reference_share: float | None = field(default=None, metadata=OMIT_NONE)
+    # the reference's sources (toolchain.source_hash)
+    reference_hash: str | None = field(default=None, metadata=OMIT_NONE)
+    # seconds in each step of the worker (isolate)
+    phase_s: dict[str, float] | None = field(default=None, metadata=OMIT_NONE)
 
 
 def reported(data: Data) -> dict[str, Any]:
     """The fields a worker reports beyond its verdict (REPORTED), each None where `data` lacks
     it, as the record holds them."""
-    hints = typing.get_type_hints(RunRecord)
+    hints = codec.hints(RunRecord)
     return {
         name: None if data.get(name) is None else codec.decode_value(hints[name], data[name])
         for name in REPORTED

@@ -248,13 +248,10 @@ class Settings:
     @staticmethod
     def upgraded(data: Mapping[str, Any]) -> Mapping[str, Any]:
         """The JSON form of settings (harness.codec) from the flat form records had before
-        (device, trials, seed, secret, rule, graph, flush, arch); missing values take the
+        (device, trials, seed, secret, rule, graph, flush, arch): each nested class reads its
+        own keys from the flat dict (the codec ignores the others); missing values take the
         defaults."""
-        if "checking" in data:
-            return data
-        names = {f.name for f in fields(StopRule)}
-        rule = {key: value for key, value in (data.get("rule") or {}).items() if key in names}
-        return {**data, "checking": data, "timing": {**data, "rule": rule}}
+        return data if "checking" in data else {**data, "checking": data, "timing": data}
 
 
 # Flags -------------------------------------------------------------------------------------

@@ -20,9 +20,8 @@ Read from ScalingIntelligence/KernelBench (`src/kernelbench/eval.py` and `timing
   solution is timed first, then the reference, each on its own; the speedup is the reference's
   mean over the solution's (stats.mean_ratio gives its interval).
 
-The harness's profiler pass runs before the timing in the same worker; it ends with CUPTI torn
-down (harness.measure.profiling), without which KernelBench's timer measured a 4.6 us kernel at
-28.7 us there.
+No device profile runs before the timing in the worker (harness.measure.profiling): with one
+before it, CUPTI stayed attached and KernelBench's timer measured a 4.6 us kernel at 28.7 us.
 
 Unlike this harness's own timer, the fill hides only the host time it takes to run on the
 device (about 60 us on an H200): a reference whose eager launches take longer is timed with

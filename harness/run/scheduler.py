@@ -298,13 +298,16 @@ class Scheduler:
             lock = self.baseline_locks.setdefault(name, threading.Lock())
         with lock:
             if name not in self.compiled:
-                run_job = lambda job: slot.run(job, unit.folders, self._watching(lambda e: None))  # noqa: E731
+                run_job = self._runner(slot, unit.folders)
                 self.compiled[name] = self.session.compile_baselines(unit.source, problem, run_job)
         return self.compiled[name]
 
     def _first_slot(self, source: ProblemSource) -> Callable[[Job], dict[str, Any]]:
         """Runs a job of `source`'s reference on the first slot (before any slot serves)."""
-        slot, folders = self.pool.slots[0], [source.reference.parent]
+        return self._runner(self.pool.slots[0], [source.reference.parent])
+
+    def _runner(self, slot: Slot, folders: list[Path]) -> Callable[[Job], dict[str, Any]]:
+        """Runs a job of the run's own (no solution's) on `slot`, its events unshown."""
         return lambda job: slot.run(job, folders, self._watching(lambda e: None))
 
     def _watching(
