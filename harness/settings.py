@@ -109,10 +109,20 @@ class Checking:
         type=float,
         metavar="TOL",
     )
+    kernelbench_trials: int | None = option(
+        None,
+        "with --as kernelbench: timed calls per side, KernelBench's num_perf_trials (default "
+        "100, as its scripts pass); more trials steady the mean where rare host stalls move it",
+        type=int,
+        metavar="N",
+    )
 
     def __post_init__(self) -> None:
-        if self.kernelbench_tolerance is not None and self.profile != KERNELBENCH:
-            raise ValueError("--kernelbench-tolerance goes with --as kernelbench")
+        for name in ("tolerance", "trials"):
+            if getattr(self, f"kernelbench_{name}") is not None and self.profile != KERNELBENCH:
+                raise ValueError(f"--kernelbench-{name} goes with --as kernelbench")
+        if self.kernelbench_trials is not None and self.kernelbench_trials < 1:
+            raise ValueError("--kernelbench-trials must be at least 1")
         if self.trials < 1:
             raise ValueError("--trials must be at least 1")
         if self.secret < 0:

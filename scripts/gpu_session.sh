@@ -14,6 +14,8 @@
 #   KB_PROBLEMS=... bash scripts/gpu_session.sh kernelbench-rest
 #                     the rest of the profile's sweep and the default timer's (--resume), in a
 #                     second call; `kernelbench_side_by_side.py table` then joins the three
+#   KB_TRIALS=N       with either: KernelBench's and the profile's timers take N trials a side
+#                     (default 100); `table --trials 100` still gives the 100-trial figures
 #   PROBLEMS="a b" GIT_COMMIT=<sha> bash scripts/gpu_session.sh run
 #                     re-run only these problems (run.py --problem a, then b, with --compile)
 # Each step has a time limit so that the call ends in time. NVML's Python binding (for the
@@ -51,6 +53,7 @@ gpu=$($python -c 'import torch, re; print(re.sub("[^a-z0-9]+", "-", torch.cuda.g
 first=$state/results/$gpu second=$state/second/$gpu
 
 sweep=(--problems "${KB_PROBLEMS:-}" --solutions examples/kernelbench_level1 --build-jobs 16)
+as_kb=(--as kernelbench --kernelbench-trials "${KB_TRIALS:-100}")
 if [ "$part" = run ] && [ -n "${PROBLEMS:-}" ]; then
   for problem in $PROBLEMS; do
     step "run-$problem" 200 $python run.py --problem "$problem" --compile ${RUN_FLAGS:-} \
@@ -80,13 +83,14 @@ elif [ "$part" = kernelbench ]; then
     $python -m pip install -q --no-index --no-deps --target "$state/kb-site" "$KB_WHEELS"/*.whl
   fi
   step kb-theirs 170 env PYTHONPATH="$state/kb-site" $python scripts/kernelbench_side_by_side.py \
-    measure "$KB_SRC" "$KB_PROBLEMS" examples/kernelbench_level1 .cache/builds "$state/kb/kb.jsonl"
-  step kb-profile $((585 - SECONDS)) $python run.py "${sweep[@]}" --as kernelbench \
+    measure "$KB_SRC" "$KB_PROBLEMS" examples/kernelbench_level1 .cache/builds "$state/kb/kb.jsonl" \
+    --trials "${KB_TRIALS:-100}"
+  step kb-profile $((585 - SECONDS)) $python run.py "${sweep[@]}" "${as_kb[@]}" \
     --results-dir "$state/kb"
 elif [ "$part" = kernelbench-rest ]; then
   # A second call: the profile's sweep where it stopped, then the default timer's sweep;
   # `kernelbench_side_by_side.py table` then joins the three, anywhere.
-  step kb-profile 300 $python run.py "${sweep[@]}" --as kernelbench --resume \
+  step kb-profile 300 $python run.py "${sweep[@]}" "${as_kb[@]}" --resume \
     --results-dir "$state/kb"
   step kb-default $((585 - SECONDS)) $python run.py "${sweep[@]}" --resume --results-dir "$state/kb"
 else  # sanitize

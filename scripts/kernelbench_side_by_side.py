@@ -4,19 +4,21 @@ KernelBench's code is not part of this repository: pass a checkout of it (its `s
 `kernelbench` package), kept outside the repository. Two steps, on a GPU machine, after a
 harness sweep of the same pairs has built them (`run.py --problems P --solutions S`):
 
-  measure KB_CHECKOUT PROBLEMS SOLUTIONS BUILD_DIR OUT.jsonl
+  measure KB_CHECKOUT PROBLEMS SOLUTIONS BUILD_DIR OUT.jsonl [--trials N]
       For each KernelBench problem file N_*.py in PROBLEMS and its sample
       level_<L>_problem_<N>_sample_0_kernel.py in SOLUTIONS, in one process: KernelBench's
       `load_custom_model` (pointed at the build this harness left under BUILD_DIR, in the
       environment the harness's worker built it in, so nothing is compiled again), its
       `run_and_check_correctness` (5 trials, seed 42), then `time_execution_with_cuda_event`
-      (100 trials) on the new model and then the reference, autograd on, as
-      `eval_kernel_against_ref` does. One JSON line
-      per pair: correctness, the two means (ms, as KernelBench rounds them and unrounded).
-  table OUT.jsonl PROFILE_FOLDER DEFAULT_FOLDER
+      (N trials, 100 unless given: its num_perf_trials) on the new model and then the
+      reference, autograd on, as `eval_kernel_against_ref` does. One JSON line per pair:
+      correctness, the two means (ms, as KernelBench rounds them and unrounded), every trial.
+  table OUT.jsonl PROFILE_FOLDER DEFAULT_FOLDER [--trials N]
       A markdown table: KernelBench's verdict and speedup beside the profile's and the default
       timer's (the machine folders the sweeps wrote: <results>/<gpu>-kernelbench and
       <results>/<gpu>), with their ratios, the per-call speedup, and the geometric means.
+      With --trials N, KernelBench's and the profile's means are those of their first N
+      trials: what a run of N trials would have given, from a longer one.
 """
 
 from __future__ import annotations
@@ -88,7 +90,8 @@ def measure(args: argparse.Namespace) -> None:
         if built:  # the environment the harness's worker built in, so nothing builds again
             toolchain.prepare_environment(Path(built[0]), arch)
         try:
-            row.update(_one_pair(kb_eval, kb_timing, problem, solution, row["build_dir"], device))
+            pair = (problem, solution, row["build_dir"], device, args.trials)
+            row.update(_one_pair(kb_eval, kb_timing, *pair))
         except Exception as err:  # a failure is this pair's row, not the end of the run
             row["error"] = f"{type(err).__name__}: {err}"[:500]
         print(json.dumps(row), flush=True)
@@ -97,7 +100,13 @@ def measure(args: argparse.Namespace) -> None:
 
 
 def _one_pair(
-    kb_eval: Any, kb_timing: Any, problem: Path, solution: Path, build: str | None, device: Any
+    kb_eval: Any,
+    kb_timing: Any,
+    problem: Path,
+    solution: Path,
+    build: str | None,
+    device: Any,
+    trials: int,
 ) -> dict[str, Any]:
     """eval_kernel_against_ref's steps on one pair, with KernelBench's own functions."""
     import torch
@@ -124,8 +133,9 @@ def _one_pair(
         kb_eval.set_seed(42)
         inputs = [kb_eval._process_input_tensor(x, device) for x in get_inputs()]
         times = kb_timing.time_execution_with_cuda_event(
-            timed, inputs, num_trials=100, verbose=False, device=device
+            timed, inputs, num_trials=trials, verbose=False, device=device
         )
+        row[f"{name}_times"] = [round(t, 6) for t in times]
         stats = kb_timing.get_timing_stats(times, device=device)
         row[name], row[f"{name}_stats"] = stats["mean"], stats
         row[f"{name}_unrounded"] = sum(times) / len(times)
@@ -146,14 +156,34 @@ def latest(folder: str) -> dict[int, dict[str, Any]]:
     return found
 
 
-def _speedups(record: dict[str, Any] | None) -> tuple[float | None, float | None, str]:
-    """(device speedup, per-call speedup, host-bound side) of a record's first row."""
+def _mean_ratio(reference: list[float], solution: list[float], first: int | None) -> float:
+    """The mean of the reference's first `first` trials over the solution's (all if None)."""
+    reference, solution = reference[:first], solution[:first]
+    return (sum(reference) / len(reference)) / (sum(solution) / len(solution))
+
+
+def _speedups(
+    record: dict[str, Any] | None, first: int | None = None
+) -> tuple[float | None, float | None, str]:
+    """(device speedup, per-call speedup, host-bound side) of a record's first row; with
+    `first`, the device speedup is that of the first `first` trials of each side."""
     rows = (record or {}).get("benchmarks") or []
     if not rows:
         return None, None, ""
     per_call = rows[0].get("per_call") or {}
     device = rows[0]["speedup"]["value"]
+    if first:
+        device = _mean_ratio(
+            rows[0]["reference"]["times_us"], rows[0]["solution"]["times_us"], first
+        )
     return device, per_call.get("speedup", {}).get("value"), rows[0].get("host_bound") or ""
+
+
+def _kb_speedup(row: dict[str, Any], first: int | None) -> float | None:
+    """KernelBench's speedup of a measured pair; with `first`, of its first `first` trials."""
+    if first and "runtime_times" in row:
+        return _mean_ratio(row["ref_runtime_times"], row["runtime_times"], first)
+    return row.get("speedup")
 
 
 def _cell(value: float | None, digits: int = 2) -> str:
@@ -172,8 +202,8 @@ def table(args: argparse.Namespace) -> None:
     columns: dict[str, list[float]] = {k: [] for k in ("kb", "profile", "p/kb", "default", "d/kb")}
     for key in sorted(k for k in kb if k is not None):
         theirs, ours, plain = kb[key], profile.get(key), default.get(key)
-        kb_speedup = theirs.get("speedup")
-        ours_speedup, per_call, bound = _speedups(ours)
+        kb_speedup = _kb_speedup(theirs, args.trials)
+        ours_speedup, per_call, bound = _speedups(ours, args.trials)
         plain_speedup = _speedups(plain)[0]
         ratio = ours_speedup / kb_speedup if ours_speedup and kb_speedup else None
         plain_ratio = plain_speedup / kb_speedup if plain_speedup and kb_speedup else None
@@ -199,9 +229,11 @@ def main(argv: list[str] | None = None) -> None:
     step = steps.add_parser("measure")
     for name in ("checkout", "problems", "solutions", "build_dir", "out"):
         step.add_argument(name)
+    step.add_argument("--trials", type=int, default=100, help="KernelBench's num_perf_trials")
     step = steps.add_parser("table")
     for name in ("kb", "profile", "default"):
         step.add_argument(name)
+    step.add_argument("--trials", type=int, help="use only each side's first N trials")
     args = parser.parse_args(argv)
     (measure if args.step == "measure" else table)(args)
 

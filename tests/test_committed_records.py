@@ -90,6 +90,7 @@ CHECKING_ADDED = {  # issues 15 and 21
     "check_only": False,
     "profile": "harness",
     "kernelbench_tolerance": None,
+    "kernelbench_trials": None,
 }
 
 

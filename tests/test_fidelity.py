@@ -182,11 +182,26 @@ def test_kernelbench_timing_takes_the_solution_first_then_the_mean_of_100() -> N
     assert ratio.low < ratio.value < ratio.high
 
 
+def test_kernelbench_trials_sets_the_calls_per_side_after_the_discarded_one() -> None:
+    def reference() -> None: ...
+    def solution() -> None: ...
+
+    timer = FakeTimer({reference: 300.0, solution: 100.0})
+    calls = {"reference": reference, "solution": solution}
+    sampled = kernelbench.sample(calls, CPU, timer, trials=7)
+    assert timer.order == [solution] * 8 + [reference] * 8
+    assert sampled.measurements["reference"].times_us == tuple(301.0 + i for i in range(7))
+    assert sampled.batches == [7]
+
+
 def test_kernelbench_settings_refuse_graph_mode_and_a_stray_tolerance() -> None:
     with pytest.raises(ValueError, match="no --graph"):
         Settings(checking=AS_KERNELBENCH, timing=settings_.Timing(graph=True))
-    with pytest.raises(ValueError, match="goes with --as kernelbench"):
-        Checking(kernelbench_tolerance=1e-2)
+    for stray in ({"kernelbench_tolerance": 1e-2}, {"kernelbench_trials": 1000}):
+        with pytest.raises(ValueError, match="goes with --as kernelbench"):
+            Checking(**stray)
+    with pytest.raises(ValueError, match="at least 1"):
+        dataclasses.replace(AS_KERNELBENCH, kernelbench_trials=0)
     assert Settings(checking=AS_KERNELBENCH).results_folder_suffix == "-kernelbench"
     assert Settings().results_folder_suffix == ""
 

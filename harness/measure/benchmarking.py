@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import functools
 import math
 import statistics
 import threading
@@ -276,7 +277,9 @@ def _sample(
     # profile, which costs a model with parameters some host time recording the graph.
     with contextlib.nullcontext() if as_kernelbench else torch.no_grad():
         if as_kernelbench:
-            sampled = guard(status.RUNTIME_ERROR, "timing", kernelbench.sample, calls, device)
+            trials = settings.checking.kernelbench_trials
+            sample = functools.partial(kernelbench.sample, trials=trials)
+            sampled = guard(status.RUNTIME_ERROR, "timing", sample, calls, device)
         else:
             rule = settings.timing.rule
             sampled = guard(

@@ -16,7 +16,8 @@ Read from ScalingIntelligence/KernelBench (`src/kernelbench/eval.py` and `timing
 - Timer (`time_execution_with_cuda_event`): WARMUP_CALLS calls, each followed by a
   synchronize, then `torch.cuda.empty_cache()`; then per trial: synchronize, fill a fresh
   256 MiB int64 tensor of FILL_SHAPE (to thrash L2), CUDA events around one call,
-  synchronize. TRIALS trials after DISCARDED discarded ones; the figure is their mean. The
+  synchronize. TRIALS trials (`--kernelbench-trials`, KernelBench's num_perf_trials) after
+  DISCARDED discarded ones; the figure is their mean. The
   solution is timed first, then the reference, each on its own; the speedup is the reference's
   mean over the solution's (stats.mean_ratio gives its interval).
 
@@ -136,14 +137,19 @@ class KernelBenchTimer:
 
 
 def sample(
-    calls: dict[str, Call], device: torch.device, timer: KernelBenchTimer | None = None
+    calls: dict[str, Call],
+    device: torch.device,
+    timer: KernelBenchTimer | None = None,
+    trials: int | None = None,
 ) -> Sampled:
     """Each call timed on its own, KernelBench's way: solution first, then the reference
-    (`timer`, a KernelBenchTimer on `device` unless one is given)."""
+    (`timer`, a KernelBenchTimer on `device` unless one is given), `trials` times each
+    (TRIALS unless given)."""
     timer = timer or KernelBenchTimer(device)
+    trials = trials or TRIALS
     measured = {}
     for name in sorted(calls, key=lambda n: ORDER.index(n) if n in ORDER else len(ORDER)):
         timer.warm_up(calls[name])
-        times = timer.run([calls[name]] * (TRIALS + DISCARDED))[DISCARDED:]
+        times = timer.run([calls[name]] * (trials + DISCARDED))[DISCARDED:]
         measured[name] = Measurement(tuple(times), timer.method)
-    return Sampled({name: measured[name] for name in calls}, "kernelbench", [TRIALS])
+    return Sampled({name: measured[name] for name in calls}, "kernelbench", [trials])
