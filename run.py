@@ -150,11 +150,12 @@ def audit_problems(args: argparse.Namespace) -> int:
     session = Session(settings_for(args, None, None), recording=False)
     run_job = lambda job: isolate.run_isolated(job, lambda event: None)  # noqa: E731
     code = EXIT_OK
-    for name in names:
-        source = resolve_problem(name, PROBLEMS_DIR, SOLUTIONS_DIR)
+    sources = [resolve_problem(name, PROBLEMS_DIR, SOLUTIONS_DIR) for name in names]
+    session.auditing.audit_all(sources, run_job)  # on a GPU, all in one worker
+    for source in sources:
         try:
             problem = load_problem(source.name, source.reference)
-            findings = session.findings(source, problem, run_job)
+            findings = session.auditing.findings(source, problem, run_job)
         except UserError as err:  # as a run refuses it: one line, exit 3, the others go on
             print(f"error: {err}", file=sys.stderr)
             code = EXIT_INPUT

@@ -11,6 +11,7 @@ run/       the parent process, one per run.py: finds the work and drives it
     reporting  what a run tells the user while the scheduler works
     resume     --resume: what is already recorded for the same solution, toolchain, settings
     session    run the solutions of a problem, each in a worker, and record each result
+    auditing   the audits of a run's problems: on a GPU all in one worker, warnings and refusals
     isolate    spawn the worker with time limits and turn any failure into a status
     discovery  find problems and solutions on disk
     machine    describe the machine a run happened on, and its load as each solution starts

@@ -11,12 +11,24 @@ import pytest
 import torch
 import torch.nn as nn
 
-from harness import status
+from harness import codec, status
+from harness.errors import UserError
 from harness.inputs import seed_everything
 from harness.loading import Case, Problem, load_problem
 from harness.matching import mismatch
-from harness.measure.audit import REJECT, WARN, Finding, audit_problem, rejected, render_findings
+from harness.measure.audit import (
+    REJECT,
+    WARN,
+    Finding,
+    audit_each,
+    audit_problem,
+    rejected,
+    render_findings,
+)
 from harness.measure.checking import Verdict, check_cases
+from harness.measure.worker import Job
+from harness.run import isolate
+from harness.run.auditing import Auditing
 from harness.run.discovery import ProblemSource, list_problems
 from harness.run.progress import Progress
 from harness.run.session import Session
@@ -322,11 +334,11 @@ def test_problems_without_cases_get_one_note_a_run_and_others_their_warning(tmp_
     for name in ("1_Relu", "2_Relu"):  # two stock KernelBench-style files: one note in all
         path = tmp_path / f"{name}.py"
         path.write_text(KERNELBENCH_STYLE)
-        session._audit(ProblemSource(name, path), load_problem(name, path), no_worker)
+        session.auditing.check(ProblemSource(name, path), load_problem(name, path), no_worker)
     relu = load_problem("1_Relu", tmp_path / "1_Relu.py")
     again = Case("same shapes", relu.cases[0].get_init_inputs, relu.cases[0].get_inputs)
     one_shape = replace(relu, cases=(*relu.cases, again))  # declares CASES, all one shape
-    session._audit(ProblemSource("one_shape", relu.path), one_shape, no_worker)
+    session.auditing.check(ProblemSource("one_shape", relu.path), one_shape, no_worker)
     lines = stream.getvalue().splitlines()
     assert sum("declares no CASES" in line for line in lines) == 1
     assert [line.split(":")[0] for line in lines if "audit warning" in line] == ["one_shape"]
@@ -336,18 +348,50 @@ def no_worker(job: Any) -> dict[str, Any]:
     raise AssertionError("on a CPU the audit runs in the run's own process")
 
 
-def test_the_audit_in_a_worker_finds_what_it_finds_here(tmp_path) -> None:
+def test_one_worker_audits_every_problem_and_finds_what_it_finds_here(tmp_path) -> None:
     """On a GPU the session audits in a worker (task "audit", so that run.py's process never
-    touches the GPU): the findings cross the pipe whole. Run here on the CPU."""
-    from harness import codec
-    from harness.measure.worker import Job
-    from harness.run import isolate
-
-    path = AUDIT / "returns_zeros.py"
+    touches the GPU), every problem of the run in one: the findings cross the pipe whole, and a
+    problem that cannot be audited is that problem's error alone. Run here on the CPU."""
     settings = Settings(device="cpu", places=Places(tmp_path, tmp_path, tmp_path))
-    job = Job("returns_zeros", str(path), str(path), str(tmp_path / "a.log"), "", settings, "audit")
+    names = ("returns_zeros", "good_relu", "missing")
+    sources = tuple((name, str(AUDIT / f"{name}.py")) for name in names)
+    job = Job(*sources[0], sources[0][1], str(tmp_path / "a.log"), "", settings, "audit", sources)
     result = isolate.run_isolated(job, lambda event: None)
     assert result["status"] == status.OK, result["detail"]
-    found = [codec.decode(Finding, f) for f in result["findings"]]
-    assert found == audit_problem(load_problem("returns_zeros", path), torch.device("cpu"))
-    assert rejected(found)
+    answers = result["audits"]
+    assert list(answers) == list(names)
+    for name in names[:2]:
+        found = [codec.decode(Finding, f) for f in answers[name]["findings"]]
+        assert found == audit_problem(load_problem(name, AUDIT / f"{name}.py"), torch.device("cpu"))
+        assert rejected(found) == (name == "returns_zeros")
+    assert "missing.py" in answers["missing"]["error"]
+
+
+def test_the_run_asks_one_worker_for_all_audits_and_the_rest_alone(tmp_path) -> None:
+    """What the session does with the answers on a GPU (Auditing, with the workers stood in
+    for): one job for every problem; a problem it did not answer is audited alone; an error
+    refuses that problem in one line."""
+    settings = Settings(device="cuda:0", places=Places(tmp_path, tmp_path, tmp_path))
+    sources = [ProblemSource(n, AUDIT / f"{n}.py") for n in ("returns_zeros", "good_relu")]
+    jobs: list[Any] = []
+
+    def run_job(job: Any) -> dict[str, Any]:  # answers the first problem only
+        jobs.append(job)
+        first = job.sources[:1]
+        return {"status": status.OK, "audits": audit_each(first, torch.device("cpu"))}
+
+    def alone(source: ProblemSource, task: str, run: Any) -> dict[str, Any]:
+        jobs.append(source.name)
+        return {"audits": {source.name: {"error": "RuntimeError: it fell over"}}}
+
+    job = lambda source, task, label: Job(source.name, "", "", "", "", settings, task)  # noqa: E731
+    auditing = Auditing(settings, Progress(io.StringIO()), job, alone)
+    auditing.audit_all(sources, run_job)
+    assert [j.sources for j in jobs] == [tuple((s.name, str(s.reference)) for s in sources)]
+    zeros = load_problem("returns_zeros", sources[0].reference)
+    with pytest.raises(UserError, match="fails its audit \\(zero_passes\\)"):
+        auditing.check(sources[0], zeros, run_job)
+    relu = load_problem("good_relu", sources[1].reference)
+    with pytest.raises(UserError, match="good_relu: its audit failed: RuntimeError: it fell"):
+        auditing.check(sources[1], relu, run_job)
+    assert jobs[1:] == ["good_relu"]

@@ -19,14 +19,16 @@ reference refuses the former, and the latter can be huge.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import torch
 
+from harness import codec
 from harness.inputs import make_init_inputs, make_inputs, seed_everything
-from harness.loading import Case, Problem
+from harness.loading import Case, Problem, load_problem
 from harness.matching import (
     DTYPE_DEFAULT,
     Tolerance,
@@ -125,6 +127,21 @@ def audit_problem(
             )
         )
     return findings
+
+
+def audit_each(
+    sources: Sequence[tuple[str, str]], device: torch.device, override: Tolerance = DTYPE_DEFAULT
+) -> dict[str, dict[str, Any]]:
+    """Audit each (problem name, reference file) of `sources` in this process: by name, its
+    encoded findings ("findings"), or why it could not be audited ("error")."""
+    answers: dict[str, dict[str, Any]] = {}
+    for name, reference in sources:
+        try:
+            findings = audit_problem(load_problem(name, Path(reference)), device, override)
+            answers[name] = {"findings": codec.encode(findings)}
+        except Exception as err:  # this problem's failure, not the others'
+            answers[name] = {"error": describe_error(err)}
+    return answers
 
 
 def run_case(

@@ -17,7 +17,7 @@ to the job's log file, never into the pipe.
 The clocks, timers and comparisons the harness uses are recorded before the solution is
 imported and verified after each step (harness.integrity).
 
-A job whose task is one of REFERENCE_TASKS loads no solution: the audit of the reference, the
+A job whose task is one of REFERENCE_TASKS loads no solution: the audit of references, the
 GPU's copy-bandwidth ceiling, or the reference timed eager and under torch.compile side by side
 for the session's baseline cache. The parent runs these here so that it never touches the GPU.
 """
@@ -39,7 +39,7 @@ from typing import Any
 
 import torch  # importing torch does not import its extension builder: that waits for setup
 
-from harness import codec, files, status
+from harness import files, status
 from harness.errors import UserError, Verdict
 from harness.inputs import Seeds
 from harness.loading import Problem, import_file, load_problem
@@ -63,6 +63,8 @@ class Job:
     settings: Settings
     task: str = "solution"  # else "build", the load step alone, without a GPU (harness.run.pool's
     # build jobs), or one of REFERENCE_TASKS
+    # An "audit" job's problems, (name, reference file) each; none: the job's own problem alone
+    sources: tuple[tuple[str, str], ...] = ()
 
 
 Send = Callable[..., None]
@@ -189,12 +191,12 @@ def run(job: Job, send: Send) -> dict[str, Any]:
 
 def reference_task(job: Job, problem: Problem, device: torch.device, send: Send) -> dict[str, Any]:
     """The jobs that run no solution, so that the parent never touches the GPU: the audit of
-    the reference ("findings"), the copy-bandwidth ceiling ("ceiling") and the torch.compile
-    baseline ("benchmarks")."""
+    the job's problems ("audits", by problem: harness.measure.audit.audit_each), the
+    copy-bandwidth ceiling ("ceiling") and the torch.compile baseline ("benchmarks")."""
     if job.task == "audit":
         send("phase", phase="check")
-        findings = audit.audit_problem(problem, device, job.settings.checking.tolerance)
-        return {"findings": codec.encode(findings)}
+        sources = job.sources or ((job.problem, job.reference),)
+        return {"audits": audit.audit_each(sources, device, job.settings.checking.tolerance)}
     send("phase", phase="time")
     if job.task == "ceiling":
         return {"ceiling": roofline.measure_copy(device)}

@@ -211,7 +211,9 @@ class Scheduler:
         return self.session.device.type == "cpu"
 
     def _judge_all(self, work: Work, builds: list[Future[dict[str, Any]]]) -> None:
-        for source, _ in work:  # while the builds run; on a GPU each audit runs in a worker
+        if work:  # while the builds run; on a GPU all the audits in one worker
+            self.session.auditing.audit_all([s for s, _ in work], self._first_slot(work[0][0]))
+        for source, _ in work:
             try:
                 self.problems[source.name] = self.session.prepare(source, self._first_slot(source))
             except UserError as err:

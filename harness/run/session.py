@@ -5,7 +5,6 @@ from __future__ import annotations
 import datetime
 import os
 import secrets
-import shlex
 from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
@@ -14,16 +13,15 @@ from typing import Any
 from harness import codec, files, record, status, toolchain
 from harness.errors import HarnessError, UserError
 from harness.loading import Problem, load_problem
-from harness.measure import audit, roofline
+from harness.measure import roofline
 from harness.measure.worker import Job, cuda_not_asked
 from harness.record import BenchRow, Ceiling, Machine, RunRecord
 from harness.results import baselines, rendering, report
 from harness.run import isolate, machine, ncu, replay, scan
+from harness.run.auditing import Auditing, RunJob
 from harness.run.discovery import ProblemSource, missing_model_new
 from harness.run.progress import Progress
 from harness.settings import REPO, Settings
-
-RunJob = Callable[[Job], dict[str, Any]]  # runs a job in a worker on one of the run's slots
 
 
 class Session:
@@ -45,7 +43,6 @@ class Session:
 
         self.settings = settings
         self.progress = progress or Progress()
-        self.told_default_shapes = False  # the audit's note on problems without CASES
         self.device = torch.device(settings.device)
         self.machine = described or machine.describe(self.device, REPO)
         stamp = datetime.datetime.now(datetime.timezone.utc).strftime("%Y%m%d-%H%M%S")
@@ -58,6 +55,9 @@ class Session:
         self._reference_hashes: dict[Path, str] = {}
         self._earlier: dict[str, RunRecord] | None = None  # by content, read once (on a CPU)
         self._check_places()
+        self.auditing = Auditing(
+            settings, self.progress, self._reference_job, self._reference_result
+        )
 
     def _check_places(self) -> None:
         """Refuse, before any work, a results, log or build folder that cannot be created or
@@ -126,7 +126,7 @@ class Session:
         many of its cases are checked."""
         problem = load_problem(source.name, source.reference)  # a bad reference fails here, once
         cases = self._cases(source, problem)
-        self._audit(source, problem, run_job)
+        self.auditing.check(source, problem, run_job)
         return problem, cases
 
     def _cases(self, source: ProblemSource, problem: Problem) -> int:
@@ -165,49 +165,6 @@ class Session:
                 f"cannot write the results in {self.folder} ({err.strerror or err}); what was "
                 "recorded before is kept: free or fix that folder, or pass --results-dir"
             ) from err
-
-    def _audit(self, source: ProblemSource, problem: Problem, run_job: RunJob) -> None:
-        """Refuse a problem that a zero, constant or memorised answer would pass. On a GPU the
-        reference runs in a worker (`run_job`): this process never touches the GPU."""
-        if not self.settings.audit:
-            return
-        findings = self.findings(source, problem, run_job)
-        for finding in findings:
-            if finding.level != audit.WARN:
-                continue
-            if finding.check == "one_shape" and len(problem.cases) == 1:  # it declares no CASES
-                self._note_default_shapes_only()
-                continue
-            self.progress.note(f"{source.name}: audit warning: {finding.message}")
-        rejects = [f for f in findings if f.level == audit.REJECT]
-        if rejects:
-            audit_it = shlex.join(
-                ["python", "run.py", "--audit", "--problem", replay.problem_arg(source)]
-            )
-            raise UserError(
-                f"problem {source.name!r} fails its audit ({rejects[0].check}): "
-                f"{rejects[0].message} (all findings: {audit_it}; --no-audit runs it anyway)"
-            )
-
-    def findings(
-        self, source: ProblemSource, problem: Problem, run_job: RunJob
-    ) -> list[audit.Finding]:
-        """The audit's findings on `problem`: on a CPU here, on a GPU in a worker (`run_job`)."""
-        if self.device.type == "cpu":
-            return audit.audit_problem(problem, self.device, self.settings.checking.tolerance)
-        result = self._reference_result(source, "audit", run_job)
-        return [codec.decode(audit.Finding, f) for f in result["findings"]]
-
-    def _note_default_shapes_only(self) -> None:
-        """Said once a run, not per problem: a problem file without CASES (KernelBench's are
-        such) has nothing its user can act on but that."""
-        if not self.told_default_shapes:
-            self.told_default_shapes = True
-            self.progress.note(
-                "audit note: a problem that declares no CASES (KernelBench's files) is checked "
-                "on its default input shapes only, so a solution hard-coded to them would pass; "
-                "add CASES to a problem file to check other sizes (said once a run)"
-            )
 
     def unit_job(self, source: ProblemSource, solution: Path, index: int, content: str) -> Job:
         """The job that judges `solution`, its log named by its index in the problem."""

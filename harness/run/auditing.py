@@ -1,0 +1,110 @@
+"""The audit of a run's problems (harness.measure.audit), as the run uses it.
+
+On a CPU the reference runs here; on a GPU in workers, so that run.py's process never touches
+the GPU, and every problem of the run in one worker (`audit_all`): a worker's start, CUDA's
+included, costs seconds, and one worker a problem made a 21-problem sweep wait minutes before
+its first solution. A problem that worker could not audit (it died, say) is audited alone, in
+a worker of its own, when it is prepared. Warnings are said on the console; a rejection is the
+run's refusal of the problem, with the command that lists every finding.
+"""
+
+from __future__ import annotations
+
+import shlex
+from collections.abc import Callable, Sequence
+from dataclasses import replace
+from typing import Any
+
+import torch
+
+from harness import codec, status
+from harness.errors import UserError
+from harness.loading import Problem
+from harness.measure import audit
+from harness.measure.worker import Job
+from harness.run import replay
+from harness.run.discovery import ProblemSource
+from harness.run.progress import Progress
+from harness.settings import Settings
+
+RunJob = Callable[[Job], dict[str, Any]]  # runs a job in a worker on one of the run's slots
+ReferenceJob = Callable[[ProblemSource, str, str], Job]  # (source, task, log label) -> Job
+ReferenceResult = Callable[[ProblemSource, str, RunJob], Any]  # (source, task, run) -> result
+
+
+class Auditing:
+    """The audits of one run: each problem's findings, fetched once (see the module doc)."""
+
+    def __init__(
+        self,
+        settings: Settings,
+        progress: Progress,
+        reference_job: ReferenceJob,
+        reference_result: ReferenceResult,
+    ) -> None:
+        self.settings = settings
+        self.device = torch.device(settings.device)
+        self.progress = progress
+        self.reference_job = reference_job
+        self.reference_result = reference_result
+        self.told_default_shapes = False  # the note on problems without CASES, said once
+        self._audited: dict[str, dict[str, Any]] = {}  # by problem: the worker's answer
+
+    def audit_all(self, sources: Sequence[ProblemSource], run_job: RunJob) -> None:
+        """On a GPU, audit every problem of `sources` in one worker (`run_job`), ahead of
+        their `check`; where that worker fails, each is audited alone later."""
+        if self.device.type == "cpu" or not self.settings.audit or len(sources) < 2:
+            return
+        job = self.reference_job(sources[0], "audit", "audits")
+        job = replace(job, sources=tuple((s.name, str(s.reference)) for s in sources))
+        result = run_job(job)
+        if result["status"] == status.OK and not result.get("harness_error"):
+            self._audited.update(result["audits"])
+
+    def check(self, source: ProblemSource, problem: Problem, run_job: RunJob) -> None:
+        """Refuse a problem that a zero, constant or memorised answer would pass; say its
+        warnings."""
+        if not self.settings.audit:
+            return
+        findings = self.findings(source, problem, run_job)
+        for finding in findings:
+            if finding.level != audit.WARN:
+                continue
+            if finding.check == "one_shape" and len(problem.cases) == 1:  # it declares no CASES
+                self._note_default_shapes_only()
+                continue
+            self.progress.note(f"{source.name}: audit warning: {finding.message}")
+        rejects = [f for f in findings if f.level == audit.REJECT]
+        if rejects:
+            audit_it = shlex.join(
+                ["python", "run.py", "--audit", "--problem", replay.problem_arg(source)]
+            )
+            raise UserError(
+                f"problem {source.name!r} fails its audit ({rejects[0].check}): "
+                f"{rejects[0].message} (all findings: {audit_it}; --no-audit runs it anyway)"
+            )
+
+    def findings(
+        self, source: ProblemSource, problem: Problem, run_job: RunJob
+    ) -> list[audit.Finding]:
+        """The audit's findings on `problem`: on a CPU here, on a GPU from `audit_all`'s
+        worker or else a worker of its own (`run_job`)."""
+        if self.device.type == "cpu":
+            return audit.audit_problem(problem, self.device, self.settings.checking.tolerance)
+        answer = self._audited.pop(source.name, None)
+        if answer is None:
+            answer = self.reference_result(source, "audit", run_job)["audits"][source.name]
+        if "error" in answer:
+            raise UserError(f"{source.name}: its audit failed: {answer['error']}")
+        return [codec.decode(audit.Finding, f) for f in answer["findings"]]
+
+    def _note_default_shapes_only(self) -> None:
+        """Said once a run, not per problem: a problem file without CASES (KernelBench's are
+        such) has nothing its user can act on but that."""
+        if not self.told_default_shapes:
+            self.told_default_shapes = True
+            self.progress.note(
+                "audit note: a problem that declares no CASES (KernelBench's files) is checked "
+                "on its default input shapes only, so a solution hard-coded to them would pass; "
+                "add CASES to a problem file to check other sizes (said once a run)"
+            )
