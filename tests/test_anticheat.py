@@ -282,6 +282,28 @@ def test_kernel_names_are_reduced_to_their_function_name() -> None:
     assert profiling.kernel_name(anonymous) == "loss_kernel"
 
 
+def test_a_profile_that_saw_no_device_activity_is_taken_again(monkeypatch) -> None:
+    """On the H200 a profile begun while the last one's CUPTI teardown ran saw nothing, and an
+    honest solution was rejected as launching no kernel: such a profile is taken again."""
+    monkeypatch.setattr(profiling, "PROFILE_PAUSE_S", 0.0)
+    seen = profiling.Profile(frozenset(), (Kernel(OWN_KERNEL),))
+    blank = profiling.Profile(frozenset(), ())
+    answers = [blank, seen, blank]
+    calls: list[torch.device] = []
+
+    def profiler(call: Any, device: torch.device) -> profiling.Profile:
+        calls.append(device)
+        return answers.pop(0)
+
+    cuda = torch.device("cuda")
+    assert profiling.seen_profile(lambda: None, cuda, profiler) == seen and len(calls) == 2
+    # A call that launches nothing shows nothing every time; on a CPU, no kernel is the rule.
+    answers[:] = [blank] * profiling.PROFILE_TRIES
+    assert profiling.seen_profile(lambda: None, cuda, profiler) == blank and not answers
+    answers[:] = [blank, seen]
+    assert profiling.seen_profile(lambda: None, CPU, profiler) == blank and answers == [seen]
+
+
 def test_a_gpu_solution_must_launch_a_kernel_named_in_its_own_source(tmp_path: Path) -> None:
     source = tmp_path / "mine.py"
     source.write_text('CUDA = "__global__ void scale_add_kernel(...) {}"\n')

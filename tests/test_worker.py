@@ -75,15 +75,16 @@ def test_a_wrong_output_type_is_incorrect(run_job) -> None:
 def test_the_shares_of_device_time_reach_the_result_and_stay_on_a_rejection(
     run_job, monkeypatch
 ) -> None:
-    """Synthetic profiles (a CPU has no kernels): the reference's one kernel, then the
-    solution's own and the reference's; the shares are in the result whatever the verdict."""
+    """Synthetic profiles (a CPU has no kernels): the solution's own kernel and the
+    reference's, then the reference's one; the shares are in the result whatever the verdict."""
     from harness.measure import anticheat, profiling
 
     theirs = profiling.Kernel("void at::native::mul_kernel(float*)", 3.0)
     mine = profiling.Kernel("void not_named_in_the_source(float*)", 1.0)
-    profiles = iter([None, profiling.Profile(frozenset(), (theirs,))])  # the warm-up, the reference
     solution = profiling.Profile(frozenset(), (mine, theirs))
-    monkeypatch.setattr(profiling, "profile", lambda call, device: next(profiles, solution))
+    reference = profiling.Profile(frozenset(), (theirs,))
+    profiles = iter([None, solution])  # the warm-up, the solution (profiled first)
+    monkeypatch.setattr(profiling, "profile", lambda call, device: next(profiles, reference))
     result, _ = run_job("good")
     assert result["status"] == "ok"
     assert (result["own_share"], result["reference_share"]) == (0.0, 0.75)
@@ -91,7 +92,7 @@ def test_the_shares_of_device_time_reach_the_result_and_stay_on_a_rejection(
     def reject(*args) -> list[str]:
         raise anticheat.reject("fig_leaf", "test")
 
-    profiles = iter([None, profiling.Profile(frozenset(), (theirs,))])
+    profiles = iter([None, solution])
     monkeypatch.setattr(profiling, "judge", reject)
     result, _ = run_job("good")
     assert (result["status"], result["reason"]) == ("rejected", "fig_leaf")
