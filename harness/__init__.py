@@ -23,6 +23,7 @@ run/       the parent process, one per run.py: finds the work and drives it
     replay     the command that replays a failed solution on the case it failed on
 measure/   the worker process, one per solution: builds, checks and times it
     worker     load, check and time one solution (the worker's entry point)
+    judged     what a worker's job ended with, as the parent reads it (one type, every job)
     spare      a worker started before its job, warm when the job comes
     builds     watch the extension builds a solution makes
     sourcemap  point a compiler error in load_inline's generated files at the solution's .py

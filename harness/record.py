@@ -13,10 +13,8 @@ from __future__ import annotations
 
 import datetime
 import sys
-from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 from harness import codec, files
 from harness.codec import omitted_when
@@ -26,7 +24,6 @@ from harness.stats import Interval
 
 LOG_NAME = "runs.jsonl"
 FORGET = "forget"  # the kind of a log line that drops the earlier records of one solution
-Data = Mapping[str, Any]
 OMIT_NONE = omitted_when(None)  # a key written only where it applies
 
 
@@ -203,28 +200,6 @@ class RunRecord:
     reference_hash: str | None = field(default=None, metadata=OMIT_NONE)
     # seconds in each step of the worker (isolate)
     phase_s: dict[str, float] | None = field(default=None, metadata=OMIT_NONE)
-
-
-def reported(data: Data) -> dict[str, Any]:
-    """The fields a worker reports beyond its verdict (REPORTED), each None where `data` lacks
-    it, as the record holds them."""
-    hints = codec.hints(RunRecord)
-    return {
-        name: None if data.get(name) is None else codec.decode_value(hints[name], data[name])
-        for name in REPORTED
-    }
-
-
-REPORTED = (
-    "device",
-    "reason",
-    "builds",
-    "build_s",
-    "own_share",
-    "reference_share",
-    "reference_hash",
-    "phase_s",
-)
 
 
 def append(folder: Path, record: RunRecord) -> None:

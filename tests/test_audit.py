@@ -11,7 +11,7 @@ import pytest
 import torch
 import torch.nn as nn
 
-from harness import codec, status
+from harness import status
 from harness.errors import UserError
 from harness.inputs import seed_everything
 from harness.loading import Case, Problem, load_problem
@@ -19,6 +19,7 @@ from harness.matching import mismatch
 from harness.measure.audit import (
     REJECT,
     WARN,
+    Audited,
     Finding,
     audit_each,
     audit_problem,
@@ -26,6 +27,7 @@ from harness.measure.audit import (
     render_findings,
 )
 from harness.measure.checking import Verdict, check_cases
+from harness.measure.judged import Judged
 from harness.measure.worker import Job
 from harness.run import isolate
 from harness.run.auditing import Auditing
@@ -357,14 +359,14 @@ def test_one_worker_audits_every_problem_and_finds_what_it_finds_here(tmp_path) 
     sources = tuple((name, str(AUDIT / f"{name}.py")) for name in names)
     job = Job(*sources[0], sources[0][1], str(tmp_path / "a.log"), "", settings, "audit", sources)
     result = isolate.run_isolated(job, lambda event: None)
-    assert result["status"] == status.OK, result["detail"]
-    answers = result["audits"]
+    assert result.status == status.OK, result.detail
+    answers = result.audits or {}
     assert list(answers) == list(names)
     for name in names[:2]:
-        found = [codec.decode(Finding, f) for f in answers[name]["findings"]]
+        found = list(answers[name].findings)
         assert found == audit_problem(load_problem(name, AUDIT / f"{name}.py"), torch.device("cpu"))
         assert rejected(found) == (name == "returns_zeros")
-    assert "missing.py" in answers["missing"]["error"]
+    assert "missing.py" in (answers["missing"].error or "")
 
 
 def test_the_run_asks_one_worker_for_all_audits_and_the_rest_alone(tmp_path) -> None:
@@ -375,14 +377,13 @@ def test_the_run_asks_one_worker_for_all_audits_and_the_rest_alone(tmp_path) -> 
     sources = [ProblemSource(n, AUDIT / f"{n}.py") for n in ("returns_zeros", "good_relu")]
     jobs: list[Any] = []
 
-    def run_job(job: Any) -> dict[str, Any]:  # answers the first problem only
+    def run_job(job: Any) -> Judged:  # answers the first problem only
         jobs.append(job)
-        first = job.sources[:1]
-        return {"status": status.OK, "audits": audit_each(first, torch.device("cpu"))}
+        return Judged(status.OK, audits=audit_each(job.sources[:1], torch.device("cpu")))
 
-    def alone(source: ProblemSource, task: str, run: Any) -> dict[str, Any]:
+    def alone(source: ProblemSource, task: str, run: Any) -> Judged:
         jobs.append(source.name)
-        return {"audits": {source.name: {"error": "RuntimeError: it fell over"}}}
+        return Judged(status.OK, audits={source.name: Audited(error="RuntimeError: it fell over")})
 
     job = lambda source, task, label: Job(source.name, "", "", "", "", settings, task)  # noqa: E731
     auditing = Auditing(settings, Progress(io.StringIO()), job, alone)

@@ -15,6 +15,7 @@ from harness.errors import Verdict
 from harness.loading import Case, import_file, load_problem
 from harness.measure.benchmarking import time_benchmarks
 from harness.measure.checking import check_cases
+from harness.record import BenchRow
 from harness.settings import Checking, Settings, StopRule, Timing
 from tests.conftest import REPO
 
@@ -171,7 +172,7 @@ class Scribbles(Reference):
         return ScribbleBackward.apply(new_h), new_cell
 
 
-def timed(model_new: type) -> list[dict[str, Any]] | str:
+def timed(model_new: type) -> list[BenchRow] | str:
     try:
         return time_benchmarks(SMALL, model_new, torch.device("cpu"), QUICK)
     except Verdict as verdict:
@@ -182,13 +183,14 @@ def test_backward_and_forward_backward_are_rows_of_their_own_with_who_wrote_the_
     by_autograd, by_own = timed(SameOps), timed(OwnBackward)
     assert not isinstance(by_autograd, str) and not isinstance(by_own, str)
     names = ["small", "small backward", "small forward+backward"]
-    assert [r["name"] for r in by_autograd] == names == [r["name"] for r in by_own]
+    assert [r.name for r in by_autograd] == names == [r.name for r in by_own]
     for row in by_autograd + by_own:
-        assert row["solution"]["median_us"] > 0 and row["reference"]["median_us"] > 0
-        assert 0 < row["speedup"]["low"] <= row["speedup"]["value"] <= row["speedup"]["high"]
+        assert row.solution.median_us > 0 and row.reference.median_us > 0
+        assert row.speedup is not None
+        assert 0 < row.speedup.low <= row.speedup.value <= row.speedup.high
     autograd_note = "backward: PyTorch autograd through the solution's forward"
-    assert [autograd_note in (r["note"] or "") for r in by_autograd] == [False, True, True]
-    assert not any(r["note"] for r in by_own)
+    assert [autograd_note in (r.note or "") for r in by_autograd] == [False, True, True]
+    assert not any(r.note for r in by_own)
 
 
 def test_a_backward_that_keeps_its_first_answer_is_caught_on_fresh_upstream_gradients() -> None:

@@ -117,8 +117,8 @@ def test_an_error_the_solution_made_is_its_runtime_error(tmp_path: Path) -> None
     ]
     for err in made:
         blamed = worker._blame(err, solution, started=True)
-        assert blamed["status"] == status.RUNTIME_ERROR and "harness_error" not in blamed
-        assert not blamed["detail"].startswith("harness error"), blamed
+        assert blamed.status == status.RUNTIME_ERROR and not blamed.harness_error
+        assert not blamed.detail.startswith("harness error"), blamed
 
 
 def test_an_error_of_the_harness_is_no_verdict(tmp_path: Path) -> None:
@@ -127,8 +127,8 @@ def test_an_error_of_the_harness_is_no_verdict(tmp_path: Path) -> None:
     after_it_ran = worker._blame(KeyError("a harness bug"), solution, started=True)
     before_it_ran = worker._blame(MemoryError(), solution, started=False)
     for blamed in (after_it_ran, before_it_ran):
-        assert blamed["harness_error"] is True
-        assert blamed["detail"].startswith("harness error: ")
+        assert blamed.harness_error is True
+        assert blamed.detail.startswith("harness error: ")
 
 
 class Ended:
@@ -144,7 +144,7 @@ class Ended:
 def test_a_worker_that_dies_before_its_job_began_is_the_harness_failure(tmp_path: Path) -> None:
     log = tmp_path / "missing.log"
     starting = isolate._died(Ended(1), log, "start")
-    assert starting["harness_error"] is True
-    assert "before it began its job" in starting["detail"]
+    assert starting.harness_error is True
+    assert "before it began its job" in starting.detail
     checking = isolate._died(Ended(1), log, "check")
-    assert checking["status"] == status.CRASHED and "harness_error" not in checking
+    assert checking.status == status.CRASHED and not checking.harness_error

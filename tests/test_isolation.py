@@ -5,6 +5,8 @@ from pathlib import Path
 
 import pytest
 
+from harness import status
+from harness.measure.judged import Judged
 from harness.measure.worker import Job
 from harness.run import isolate
 from harness.run.pool import LocalSlot
@@ -91,7 +93,7 @@ def test_a_module_planted_where_python_imports_from_is_found_and_removed(tmp_pat
     left = sorted(p.name for p in tmp_path.iterdir())
     assert left == ["existing.py", "not_a_package", "own_helper.py"]
     assert watched.planted() == []
-    assert plants.rejection(planted)["reason"] == "planted_module"
+    assert plants.rejected(Judged(status.OK), planted).reason == "planted_module"
 
 
 def test_a_spare_worker_runs_a_job_as_a_fresh_one_does(tmp_path: Path) -> None:
@@ -99,7 +101,7 @@ def test_a_spare_worker_runs_a_job_as_a_fresh_one_does(tmp_path: Path) -> None:
     settings = Settings(device="cpu", places=places, checking=Checking(trials=1, check_only=True))
     job = Job("toy", str(TOY / "reference.py"), toy_solution("raises"), "", "x", settings)
 
-    def run_in(spare: isolate.Spare | None, name: str) -> dict:
+    def run_in(spare: isolate.Spare | None, name: str) -> Judged:
         return isolate.run_isolated(
             replace(job, log_path=str(tmp_path / name)), lambda e: None, spare
         )
@@ -110,9 +112,9 @@ def test_a_spare_worker_runs_a_job_as_a_fresh_one_does(tmp_path: Path) -> None:
     dead.process.join()
     results = [run_in(spare, "spare.log"), run_in(None, "fresh.log"), run_in(dead, "dead.log")]
     for result in results:
-        assert result["status"] == "runtime_error", result
-        assert "deliberate failure in forward" in result["detail"]
-        assert set(result["phase_s"]) == {"start", "load", "check"}
+        assert result.status == "runtime_error", result
+        assert "deliberate failure in forward" in result.detail
+        assert set(result.phase_s or {}) == {"start", "load", "check"}
     assert not spare.process.is_alive()  # used once, gone with its job
     assert "deliberate failure" in (tmp_path / "dead.log").read_text()  # a fresh worker ran it
 
@@ -142,7 +144,7 @@ def test_a_gpu_slot_runs_each_next_job_in_a_spare_that_warmed_before_the_timing(
         ]
     finally:
         slot.close()
-    assert [r["status"] for r in results] == ["ok"] * 3, results
+    assert [r.status for r in results] == ["ok"] * 3, results
     ahead = ["started ahead of its job" in (tmp_path / f"{n}.log").read_text() for n in range(3)]
     assert ahead == [False, True, True]
     assert seen.count("ready_to_time") == 3  # each passed the gate

@@ -7,6 +7,9 @@ from types import SimpleNamespace
 
 import pytest
 
+from harness import status
+from harness.measure.judged import Judged
+from harness.record import Build
 from harness.run import progress
 from harness.run.progress import Progress
 
@@ -88,9 +91,9 @@ def test_an_extension_built_by_the_run_is_not_then_claimed_from_the_cache() -> N
     shown = Progress(stream)
     report = SerialReport(shown)
 
-    built = {"builds": [{"name": "toy_ext", "cached": False, "seconds": 40.6}]}
+    built = Judged(status.OK, builds=(Build("toy_ext", cuda=False, seconds=40.6),))
     unit = SimpleNamespace(index=1, total=1, label="toy/cpp_extension", built=built)
-    report.built(unit, built)  # type: ignore[arg-type]
+    report.built(unit, built)  # type: ignore[arg-type]  # a stand-in unit
     on_event = report.judging(unit, "cpu")  # type: ignore[arg-type]
     on_event({"kind": "build_start", "name": "toy_ext", "found": True})
     on_event({"kind": "build_end", "name": "toy_ext", "cached": True, "seconds": 0.1})

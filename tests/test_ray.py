@@ -223,7 +223,7 @@ def test_builds_run_as_tasks_and_a_stopped_judge_drops_its_job(
         jobs = [toy_job(name, tmp_path, 600) for name in ("good", "wrong_scale")]
         builds = [pool.build(_as_build(job), folders, lambda e: None) for job in jobs]
         assert (len(pool._running), len(pool._waiting)) == (1, 1)  # the second waits its turn
-        assert [f.result(timeout=120)["status"] for f in builds] == ["ok", "ok"]
+        assert [f.result(timeout=120).status for f in builds] == ["ok", "ok"]
         assert Path(jobs[0].log_path.removesuffix(".log") + ".build.log").exists()
 
         slot, ticks = pool.slots[0], []
@@ -239,9 +239,9 @@ def test_builds_run_as_tasks_and_a_stopped_judge_drops_its_job(
         # The actor judges one job at a time: it takes the next only once the hung one ended.
         started = time.monotonic()
         judged = slot.run(jobs[0], folders, _give_up_after(120))
-        assert judged["status"] == "ok", judged["detail"]
+        assert judged.status == "ok", judged.detail
         assert time.monotonic() - started < 120
-        assert judged["machine"]["host"] == socket.gethostname()
+        assert judged.machine is not None and judged.machine.host == socket.gethostname()
     finally:
         pool.close()
 

@@ -18,8 +18,9 @@ import pytest
 
 from harness import status
 from harness.errors import HarnessError
+from harness.measure.judged import Judged
 from harness.measure.worker import Job
-from harness.record import read
+from harness.record import Build, Machine, read
 from harness.run import resume
 from harness.run.discovery import ProblemSource
 from harness.run.reporting import Report
@@ -31,29 +32,27 @@ from tests.conftest import TOY, toy_solution
 MACHINE = {"device": "cuda:0", "gpu": "Stand-in GPU", "torch": "2.x", "cuda": "13.0"}
 
 
-def verdict(kind: str, detail: str = "") -> dict[str, Any]:
-    return {"status": kind, "detail": detail, "benchmarks": [], "checks": 3}
+def verdict(kind: str, detail: str = "", **more: Any) -> Judged:
+    return Judged(kind, detail, checks=3, **more)
 
 
 class FakeSlot:
     """Judges by the solution's stem, as `verdicts` says; remembers what it judged."""
 
     def __init__(
-        self, name: str, verdicts: dict[str, dict[str, Any]], meet: threading.Barrier | None
+        self, name: str, verdicts: dict[str, Judged], meet: threading.Barrier | None
     ) -> None:
         self.name, self.verdicts, self.meet = name, verdicts, meet
         self.judged: list[str] = []
 
-    def run(self, job: Job, folders: list[Path], on_event: Any) -> dict[str, Any]:
+    def run(self, job: Job, folders: list[Path], on_event: Any) -> Judged:
         if self.meet is not None and not self.judged:  # the first jobs of all slots at once
             self.meet.wait(timeout=20)
         on_event({"kind": "tick", "phase": "time", "building": False, "elapsed": 0.0})
         stem = Path(job.solution).stem
         self.judged.append(stem)
-        return {
-            **self.verdicts.get(stem, verdict(status.OK)),
-            "machine": {**MACHINE, "device": self.name},
-        }
+        where = Machine(**{**MACHINE, "device": self.name})
+        return dataclasses.replace(self.verdicts.get(stem, verdict(status.OK)), machine=where)
 
 
 class FakePool:
@@ -62,8 +61,8 @@ class FakePool:
     def __init__(
         self,
         slots: int = 1,
-        builds: dict[str, dict[str, Any]] | None = None,
-        judged: dict[str, dict[str, Any]] | None = None,
+        builds: dict[str, Judged] | None = None,
+        judged: dict[str, Judged] | None = None,
         delays: dict[str, float] | None = None,
         meet: bool = False,
     ) -> None:
@@ -72,10 +71,10 @@ class FakePool:
         self.builds, self.delays = builds or {}, delays or {}
         self.started: list[str] = []
 
-    def build(self, job: Job, folders: list[Path], on_event: Any) -> Future[dict[str, Any]]:
+    def build(self, job: Job, folders: list[Path], on_event: Any) -> Future[Judged]:
         stem = Path(job.solution).stem
         self.started.append(stem)
-        future: Future[dict[str, Any]] = Future()
+        future: Future[Judged] = Future()
         result = self.builds.get(stem, verdict(status.OK))
 
         def finish() -> None:
@@ -152,7 +151,7 @@ def test_two_slots_judge_at_once_and_record_each_solution_once(tmp_path: Path) -
 
 
 def test_a_harness_failure_stops_the_run_and_keeps_what_was_recorded(tmp_path: Path) -> None:
-    failing = {**verdict(status.RUNTIME_ERROR, "harness error: disk full"), "harness_error": True}
+    failing = verdict(status.RUNTIME_ERROR, "harness error: disk full", harness_error=True)
     pool = FakePool(judged={"raises": failing})
     session = session_on(tmp_path)
     with pytest.raises(HarnessError, match="disk full"):
@@ -195,12 +194,12 @@ def test_build_only_builds_every_solution_at_once_and_judges_and_records_nothing
 ) -> None:
     from harness.run.driving import build_work
 
-    built = {"builds": [{"name": "ext", "cached": False}]}
+    built = (Build("ext", cuda=True),)
     builds = {
-        "good": {**verdict(status.OK), **built},
+        "good": verdict(status.OK, builds=built),
         "raises": verdict(status.COMPILE_ERROR, "main.cu:3: error: boom"),
-        "wrong_scale": {**verdict(status.NO_GPU, "not run: no CUDA device"), **built},
-        "returns_list": {**verdict(status.NO_GPU, "CUDA, not compiled"), "builds": []},
+        "wrong_scale": verdict(status.NO_GPU, "not run: no CUDA device", builds=built),
+        "returns_list": verdict(status.NO_GPU, "CUDA, not compiled", builds=()),
     }
     pool = FakePool(builds=builds, delays={"good": 0.2})
     places = Places(tmp_path / "results", tmp_path / "builds", tmp_path / "logs")
@@ -214,3 +213,23 @@ def test_build_only_builds_every_solution_at_once_and_judges_and_records_nothing
     assert "toy/raises: compile_error: main.cu:3: error: boom" in out
     assert "toy/returns_list: no_gpu: CUDA, not compiled" in out
     assert "build only: 2 of 4 built in " in out
+
+
+def test_a_failure_in_a_build_callback_stops_the_run_instead_of_hanging(tmp_path: Path) -> None:
+    """A build's result is read in its future's callback, where an exception would vanish and
+    the run would wait for that unit for ever: the run stops with it instead."""
+    pool = FakePool(builds={"good": object()})  # type: ignore[dict-item]
+    session = session_on(tmp_path)
+    raised: list[BaseException] = []
+
+    def run() -> None:
+        try:
+            Scheduler(session, pool, Report()).run(toy_work("good"))
+        except BaseException as err:  # the run's failure, as a caller sees it
+            raised.append(err)
+
+    thread = threading.Thread(target=run, daemon=True)
+    thread.start()
+    thread.join(timeout=30)
+    assert not thread.is_alive(), "the run hung"
+    assert raised and isinstance(raised[0], AttributeError)

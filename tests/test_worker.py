@@ -7,6 +7,7 @@ import pytest
 from torch.utils import cpp_extension
 
 from harness.measure import worker
+from harness.measure.judged import Judged
 from harness.settings import Checking, Places, Settings, StopRule, Timing
 from tests.conftest import TOY, toy_solution
 
@@ -19,7 +20,7 @@ def run_job(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
     for name in ("load_inline", "load"):
         monkeypatch.setattr(cpp_extension, name, getattr(cpp_extension, name))
 
-    def run(solution: str, **changes) -> tuple[dict, list[dict]]:
+    def run(solution: str, **changes) -> tuple[Judged, list[dict]]:
         job = worker.Job(
             problem="toy",
             reference=str(TOY / "reference.py"),
@@ -44,32 +45,32 @@ def run_job(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
 def test_cuda_solution_without_a_toolkit_is_no_gpu_not_a_failure(run_job, monkeypatch) -> None:
     monkeypatch.setattr(worker, "_cuda_unavailable", lambda: "no CUDA toolkit found (test)")
     result, _ = run_job("cuda_kernel")
-    assert result["status"] == "no_gpu"
-    assert result["detail"] == "not compiled: no CUDA toolkit found (test)"
+    assert result.status == "no_gpu"
+    assert result.detail == "not compiled: no CUDA toolkit found (test)"
 
 
 def test_phases_are_announced_in_order(run_job) -> None:
     result, events = run_job("good")
-    assert result["status"] == "ok"
+    assert result.status == "ok"
     assert [e["phase"] for e in events if e["kind"] == "phase"] == ["load", "check", "time"]
 
 
 def test_a_solution_that_raises_at_import_is_a_load_error(run_job, tmp_path: Path) -> None:
     result, _ = run_job("raises_at_import")
-    assert result["status"] == "load_error"
-    assert result["detail"] == "importing it raised ImportError: no module for this"
+    assert result.status == "load_error"
+    assert result.detail == "importing it raised ImportError: no module for this"
 
 
 def test_a_wrong_constructor_is_a_load_error(run_job) -> None:
     result, _ = run_job("wrong_constructor")
-    assert result["status"] == "load_error"
-    assert result["detail"].startswith("ModelNew(*init_inputs): TypeError:")
+    assert result.status == "load_error"
+    assert result.detail.startswith("ModelNew(*init_inputs): TypeError:")
 
 
 def test_a_wrong_output_type_is_incorrect(run_job) -> None:
     result, _ = run_job("returns_list")
-    assert result["status"] == "incorrect"
-    assert "output: expected a Tensor, got list" in result["detail"]
+    assert result.status == "incorrect"
+    assert "output: expected a Tensor, got list" in result.detail
 
 
 def test_the_shares_of_device_time_reach_the_result_and_stay_on_a_rejection(
@@ -86,8 +87,8 @@ def test_the_shares_of_device_time_reach_the_result_and_stay_on_a_rejection(
     profiles = iter([None, solution])  # the warm-up, the solution (profiled first)
     monkeypatch.setattr(profiling, "profile", lambda call, device: next(profiles, reference))
     result, _ = run_job("good")
-    assert result["status"] == "ok"
-    assert (result["own_share"], result["reference_share"]) == (0.0, 0.75)
+    assert result.status == "ok"
+    assert (result.own_share, result.reference_share) == (0.0, 0.75)
 
     def reject(*args) -> list[str]:
         raise anticheat.reject("fig_leaf", "test")
@@ -95,8 +96,8 @@ def test_the_shares_of_device_time_reach_the_result_and_stay_on_a_rejection(
     profiles = iter([None, solution])
     monkeypatch.setattr(profiling, "judge", reject)
     result, _ = run_job("good")
-    assert (result["status"], result["reason"]) == ("rejected", "fig_leaf")
-    assert result["reference_share"] == 0.75 and result["benchmarks"] == []
+    assert (result.status, result.reason) == ("rejected", "fig_leaf")
+    assert result.reference_share == 0.75 and result.benchmarks == ()
 
 
 def test_a_profile_drops_only_the_profilers_known_noise(capfd) -> None:

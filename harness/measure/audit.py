@@ -26,7 +26,6 @@ from typing import Any
 
 import torch
 
-from harness import codec
 from harness.inputs import make_init_inputs, make_inputs, seed_everything
 from harness.loading import Case, Problem, load_problem
 from harness.matching import (
@@ -129,18 +128,25 @@ def audit_problem(
     return findings
 
 
+@dataclass(frozen=True)
+class Audited:
+    """One problem's audit: its findings, or why it could not be audited."""
+
+    findings: tuple[Finding, ...] = ()
+    error: str | None = None
+
+
 def audit_each(
     sources: Sequence[tuple[str, str]], device: torch.device, override: Tolerance = DTYPE_DEFAULT
-) -> dict[str, dict[str, Any]]:
-    """Audit each (problem name, reference file) of `sources` in this process: by name, its
-    encoded findings ("findings"), or why it could not be audited ("error")."""
-    answers: dict[str, dict[str, Any]] = {}
+) -> dict[str, Audited]:
+    """Audit each (problem name, reference file) of `sources` in this process, by name."""
+    answers: dict[str, Audited] = {}
     for name, reference in sources:
         try:
             findings = audit_problem(load_problem(name, Path(reference)), device, override)
-            answers[name] = {"findings": codec.encode(findings)}
+            answers[name] = Audited(tuple(findings))
         except Exception as err:  # this problem's failure, not the others'
-            answers[name] = {"error": describe_error(err)}
+            answers[name] = Audited(error=describe_error(err))
     return answers
 
 

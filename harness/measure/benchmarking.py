@@ -61,6 +61,7 @@ from harness.measure.checking import (
     check_once,
     guard,
 )
+from harness.record import BenchRow
 from harness.settings import Settings
 
 LAUNCH_BOUND_FACTOR = 3.0  # a median under this many floors is mostly launch cost
@@ -81,7 +82,7 @@ def time_benchmarks(
     settings: Settings,
     on_case: Callable[[str], None] = lambda name: None,
     counted: Counted | None = None,
-) -> list[dict[str, Any]]:
+) -> list[BenchRow]:
     """One row per benchmark of `problem` (see the module doc); `on_case` hears each
     benchmark's name as it starts, `counted` (done, total) after each."""
     timer = _timer(device, settings)
@@ -111,7 +112,7 @@ def time_benchmarks(
             rows += _pass_rows(problem, bench, models, drawn, device, settings, (timer, floor))
         if counted:
             counted(index + 1, len(problem.benchmarks))
-    return rows
+    return [codec.decode(BenchRow, row) for row in rows]
 
 
 def _pass_rows(

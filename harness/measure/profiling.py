@@ -64,6 +64,7 @@ from typing import Any, NamedTuple
 import torch
 
 from harness import status
+from harness.errors import Verdict
 from harness.inputs import Seeds, make_inputs, replicate_all
 from harness.loading import Problem
 from harness.measure import anticheat
@@ -119,6 +120,15 @@ class Shares:
     pytorch: float | None = None
 
 
+class OwnWork(NamedTuple):
+    """What `own_work` found: the shares of the solution's device time, warnings, and the
+    rejection it earned, if any."""
+
+    shares: Shares
+    warnings: list[str]
+    rejection: Verdict | None = None
+
+
 def profile(call: Callable[[], Any], device: torch.device) -> Profile:
     """Profile one call of `call` (with the device waited for); CUPTI is torn down after it
     (the module doc says why)."""
@@ -151,29 +161,30 @@ def own_work(
     seeds: Seeds,
     path: Path,
     built: bool,
-    result: dict[str, Any],
-) -> list[str]:
-    """Profile one call of each side on the first case: warnings, or the "no_own_kernel" or
-    "fig_leaf" rejection (`judge`; `path` is the solution's file, `built` whether it built an
-    extension). The shares of the solution's device time go into `result` first, so a
-    rejected row keeps them. A profiler that fails here only costs the check, with a warning."""
+) -> OwnWork:
+    """Profile one call of each side on the first case: the shares of the solution's device
+    time, and warnings or the "no_own_kernel" or "fig_leaf" rejection (`judge`; `path` is the
+    solution's file, `built` whether it built an extension). A profiler that fails here only
+    costs the check, with a warning."""
     case = problem.cases[0]
     reference, solution = build_models(problem, model_new, case, seeds.case(0), device)
     inputs = guard(status.PROBLEM_ERROR, "get_inputs", make_inputs, case, seeds.trial(0, 1), device)
 
     def profiled(model: Any) -> Profile:
-        # copied outside the profile: only the call counts
-        return seen_profile(lambda: model(*replicate_all(inputs, device)), device)
+        own = replicate_all(inputs, device)  # copied outside the profile: only the call counts
+        return seen_profile(lambda: model(*own), device)
 
     try:  # the solution first: the first profile of a process sees the device surely
         got = profiled(solution)
         expected = profiled(reference)
     except Exception as err:
         traceback.print_exc()
-        return [f"profiler check skipped ({describe_error(err)})"]
+        return OwnWork(Shares(), [f"profiler check skipped ({describe_error(err)})"])
     own = shares(expected, got, source_text(path))
-    result.update(own_share=own.own, reference_share=own.reference)
-    return judge(expected, got, device, path, built)
+    try:
+        return OwnWork(own, judge(expected, got, device, path, built))
+    except Verdict as verdict:  # a rejected row keeps the shares
+        return OwnWork(own, [], verdict)
 
 
 def seen_profile(

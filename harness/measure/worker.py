@@ -47,6 +47,8 @@ from harness.measure import audit, integrity, kernelbench, profiling, roofline
 from harness.measure.benchmarking import compile_baseline, time_benchmarks
 from harness.measure.builds import BuildWatcher, NoCudaToolchain
 from harness.measure.checking import check_cases, describe_error
+from harness.measure.judged import Judged, failure, harness_failure
+from harness.record import Build, Ceiling
 from harness.settings import KERNELBENCH, Settings
 from harness.toolchain import find_cuda_home, use_build_cache
 
@@ -118,16 +120,18 @@ def main(job: Job, conn: Any, gate: Any = None) -> None:
         log = _redirect_output(job.log_path)
     except OSError as err:  # the harness's folder, not the solution: no verdict on it
         why = err.strerror or str(err)
-        send("result", **harness_failure(f"cannot write the worker's log {job.log_path}: {why}"))
+        send(
+            "result", judged=harness_failure(f"cannot write the worker's log {job.log_path}: {why}")
+        )
         conn.close()
         return
     faulthandler.enable(log)
     print(f"job: {asdict(job)}", flush=True)
     if STARTED_AHEAD:
         print("worker: started ahead of its job, as a spare", flush=True)
-    result = build_only(job, send) if job.task == "build" else run(job, send)
-    print(f"result: {result['status']}: {result['detail']}", flush=True)
-    send("result", **result)
+    judged = build_only(job, send) if job.task == "build" else run(job, send)
+    print(f"result: {judged.status}: {judged.detail}", flush=True)
+    send("result", judged=judged)
     conn.close()
 
 
@@ -142,16 +146,16 @@ def _redirect_output(log_path: str) -> Any:
     return log
 
 
-def run(job: Job, send: Send) -> dict[str, Any]:
+def run(job: Job, send: Send) -> Judged:
     """Run the job's steps; any failure becomes a status and a one-line detail."""
-    result: dict[str, Any] = {"status": status.OK, "detail": "", "benchmarks": [], "checks": 0}
+    result: dict[str, Any] = {"status": status.OK}  # Judged's fields, as they are found
     watcher: BuildWatcher | None = None
     started = False  # whether any of the solution's code has run
     try:
         send("phase", phase="load")
         problem, device = setup(job)
         if job.task in REFERENCE_TASKS:
-            return {**result, **reference_task(job, problem, device, send)}
+            return reference_task(job, problem, device, send)
         watcher = _watcher(job, device, send)
         watcher.install()
         profiling.warm_up(device)  # before the snapshot: it rebinds some of torch's names
@@ -170,46 +174,52 @@ def run(job: Job, send: Send) -> dict[str, Any]:
             result["detail"] = "checked only, not timed (--check-only)"
         else:
             send("phase", phase="time")
-            result["benchmarks"] = time_benchmarks(
-                problem, model_new, device, job.settings, told, counted
+            result["benchmarks"] = tuple(
+                time_benchmarks(problem, model_new, device, job.settings, told, counted)
             )
             snapshot.verify("during the timing")
             path, built = Path(job.solution), bool(watcher.builds)
             seeds = Seeds.of(job.settings.checking)
-            result["warnings"] = profiling.own_work(
-                problem, model_new, device, seeds, path, built, result
-            )
+            own = profiling.own_work(problem, model_new, device, seeds, path, built)
+            result.update(own_share=own.shares.own, reference_share=own.shares.reference)
+            result["warnings"] = tuple(own.warnings)
+            if own.rejection is not None:
+                raise own.rejection
     except Verdict as verdict:  # a row without timings: they mean nothing for a failed solution
         detail = verdict.detail
         if verdict.status == status.REJECTED and job.settings.checking.profile == KERNELBENCH:
             detail += kernelbench.DEFENCE_NOTE
-        result.update(status=verdict.status, detail=detail, reason=verdict.reason, benchmarks=[])
+        result.update(status=verdict.status, detail=detail, reason=verdict.reason, benchmarks=())
     except BaseException as err:  # escaped every guard: the solution's doing, or the harness's
-        result.update(_escaped(err, Path(job.solution), started), benchmarks=[])
-    return {**result, **_builds(watcher)} if watcher is not None else result
+        escaped = _escaped(err, Path(job.solution), started)
+        result.update(status=escaped.status, detail=escaped.detail, benchmarks=())
+        result["harness_error"] = escaped.harness_error
+    return Judged(**result, **_builds(watcher)) if watcher is not None else Judged(**result)
 
 
-def reference_task(job: Job, problem: Problem, device: torch.device, send: Send) -> dict[str, Any]:
+def reference_task(job: Job, problem: Problem, device: torch.device, send: Send) -> Judged:
     """The jobs that run no solution, so that the parent never touches the GPU: the audit of
     the job's problems ("audits", by problem: harness.measure.audit.audit_each), the
     copy-bandwidth ceiling ("ceiling") and the torch.compile baseline ("benchmarks")."""
     if job.task == "audit":
         send("phase", phase="check")
         sources = job.sources or ((job.problem, job.reference),)
-        return {"audits": audit.audit_each(sources, device, job.settings.checking.tolerance)}
+        return Judged(
+            status.OK, audits=audit.audit_each(sources, device, job.settings.checking.tolerance)
+        )
     send("phase", phase="time")
     if job.task == "ceiling":
-        return {"ceiling": roofline.measure_copy(device)}
-    return {"benchmarks": compile_baseline(problem, device, job.settings)}
+        return Judged(status.OK, ceiling=Ceiling(**roofline.measure_copy(device)))
+    return Judged(status.OK, compile_rows=tuple(compile_baseline(problem, device, job.settings)))
 
 
-def build_only(job: Job, send: Send) -> dict[str, Any]:
+def build_only(job: Job, send: Send) -> Judged:
     """The load step alone, in a worker that sees no GPU: build the solution's extensions into
     its folder of the build cache, then stop. `ok` means its judge will find them built. A
     compile error is final, and so is any verdict on a CPU run (a CUDA solution's `no_gpu`);
     on a GPU run, another failure to import may be the hidden GPU's doing, and its judge
     imports it again (harness.run.scheduler)."""
-    result: dict[str, Any] = {"status": status.OK, "detail": "", "benchmarks": [], "checks": 0}
+    result: dict[str, Any] = {"status": status.OK}  # Judged's fields, as they are found
     settings = job.settings
     send("phase", phase="load")
     device = torch.device(settings.device)
@@ -223,8 +233,10 @@ def build_only(job: Job, send: Send) -> dict[str, Any]:
     except Verdict as verdict:
         result.update(status=verdict.status, detail=verdict.detail, reason=verdict.reason)
     except BaseException as err:
-        result.update(_escaped(err, Path(job.solution), started))
-    return {**result, **_builds(watcher)}
+        escaped = _escaped(err, Path(job.solution), started)
+        result.update(status=escaped.status, detail=escaped.detail)
+        result["harness_error"] = escaped.harness_error
+    return Judged(**result, **_builds(watcher))
 
 
 def _watcher(job: Job, device: torch.device, send: Send) -> BuildWatcher:
@@ -235,8 +247,9 @@ def _watcher(job: Job, device: torch.device, send: Send) -> BuildWatcher:
 
 
 def _builds(watcher: BuildWatcher) -> dict[str, Any]:
-    """The result fields of the builds `watcher` saw."""
-    return {"builds": [asdict(b) for b in watcher.builds], "build_s": watcher.seconds}
+    """Judged's fields of the builds `watcher` saw."""
+    builds = tuple(Build(**asdict(b)) for b in watcher.builds)
+    return {"builds": builds, "build_s": watcher.seconds}
 
 
 def _teller(send: Send) -> Callable[[str], None]:
@@ -245,32 +258,20 @@ def _teller(send: Send) -> Callable[[str], None]:
     return lambda name: send("case", name=name)
 
 
-def harness_failure(detail: str) -> dict[str, Any]:
-    """The result of a job the harness itself failed (its folders, a bug of its own): marked
-    `harness_error`, so the session stops the run instead of recording it as a verdict."""
-    return {
-        "status": status.RUNTIME_ERROR,
-        "detail": f"harness error: {detail}",
-        "benchmarks": [],
-        "checks": 0,
-        "harness_error": True,
-    }
-
-
-def _escaped(err: BaseException, solution: Path, started: bool) -> dict[str, Any]:
-    """The result fields for an exception that escaped every guard, its traceback logged."""
+def _escaped(err: BaseException, solution: Path, started: bool) -> Judged:
+    """The verdict on an exception that escaped every guard, its traceback logged."""
     traceback.print_exc()
     if isinstance(err, SystemExit):
-        return {"status": status.CRASHED, "detail": f"the solution called sys.exit({err.code})"}
+        return failure(status.CRASHED, f"the solution called sys.exit({err.code})")
     return _blame(err, solution, started)
 
 
-def _blame(err: BaseException, solution: Path, started: bool) -> dict[str, Any]:
-    """The result fields for an exception that escaped every guard: the solution's runtime
-    error where its code had run and the exception is of its making (`_solution_caused`), else
-    a harness failure."""
+def _blame(err: BaseException, solution: Path, started: bool) -> Judged:
+    """The verdict on an exception that escaped every guard: the solution's runtime error
+    where its code had run and the exception is of its making (`_solution_caused`), else a
+    harness failure."""
     if started and _solution_caused(err, solution):
-        return {"status": status.RUNTIME_ERROR, "detail": describe_error(err)}
+        return failure(status.RUNTIME_ERROR, describe_error(err))
     return harness_failure(describe_error(err))
 
 

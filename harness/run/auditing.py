@@ -13,23 +13,22 @@ from __future__ import annotations
 import shlex
 from collections.abc import Callable, Sequence
 from dataclasses import replace
-from typing import Any
 
 import torch
 
-from harness import codec, status
 from harness.errors import UserError
 from harness.loading import Problem
 from harness.measure import audit
+from harness.measure.judged import Judged
 from harness.measure.worker import Job
 from harness.run import replay
 from harness.run.discovery import ProblemSource
 from harness.run.progress import Progress
 from harness.settings import Settings
 
-RunJob = Callable[[Job], dict[str, Any]]  # runs a job in a worker on one of the run's slots
+RunJob = Callable[[Job], Judged]  # runs a job in a worker on one of the run's slots
 ReferenceJob = Callable[[ProblemSource, str, str], Job]  # (source, task, log label) -> Job
-ReferenceResult = Callable[[ProblemSource, str, RunJob], Any]  # (source, task, run) -> result
+ReferenceResult = Callable[[ProblemSource, str, RunJob], Judged]  # (source, task, run)
 
 
 class Auditing:
@@ -48,7 +47,7 @@ class Auditing:
         self.reference_job = reference_job
         self.reference_result = reference_result
         self.told_default_shapes = False  # the note on problems without CASES, said once
-        self._audited: dict[str, dict[str, Any]] = {}  # by problem: the worker's answer
+        self._audited: dict[str, audit.Audited] = {}  # by problem: the worker's answer
 
     def audit_all(self, sources: Sequence[ProblemSource], run_job: RunJob) -> None:
         """On a GPU, audit every problem of `sources` in one worker (`run_job`), ahead of
@@ -58,8 +57,8 @@ class Auditing:
         job = self.reference_job(sources[0], "audit", "audits")
         job = replace(job, sources=tuple((s.name, str(s.reference)) for s in sources))
         result = run_job(job)
-        if result["status"] == status.OK and not result.get("harness_error"):
-            self._audited.update(result["audits"])
+        if result.ok and not result.harness_error:
+            self._audited.update(result.audits or {})
 
     def check(self, source: ProblemSource, problem: Problem, run_job: RunJob) -> None:
         """Refuse a problem that a zero, constant or memorised answer would pass; say its
@@ -93,10 +92,11 @@ class Auditing:
             return audit.audit_problem(problem, self.device, self.settings.checking.tolerance)
         answer = self._audited.pop(source.name, None)
         if answer is None:
-            answer = self.reference_result(source, "audit", run_job)["audits"][source.name]
-        if "error" in answer:
-            raise UserError(f"{source.name}: its audit failed: {answer['error']}")
-        return [codec.decode(audit.Finding, f) for f in answer["findings"]]
+            answers = self.reference_result(source, "audit", run_job).audits or {}
+            answer = answers.get(source.name, audit.Audited(error="no answer from its worker"))
+        if answer.error is not None:
+            raise UserError(f"{source.name}: its audit failed: {answer.error}")
+        return list(answer.findings)
 
     def _note_default_shapes_only(self) -> None:
         """Said once a run, not per problem: a problem file without CASES (KernelBench's are

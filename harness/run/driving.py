@@ -89,6 +89,7 @@ def build_work(session: Session, work: Work, pool: Any) -> int:
     """--build-only: build every solution of `work` with `pool`, print one line each (built,
     or loaded from the cache, or why not), and return the exit status: failed if any did not
     build."""
+    from harness import status
     from harness.run.reporting import Report
     from harness.run.scheduler import Scheduler
 
@@ -104,14 +105,14 @@ def build_work(session: Session, work: Work, pool: Any) -> int:
         pool.close()
     failed = 0
     for unit, result in built:
-        builds = result.get("builds") or []
+        builds = (result.builds if result else None) or ()
         # a CUDA solution built on a machine without a GPU (--compile-cuda) is built too
-        if result.get("status") == "ok" or (result.get("status") == "no_gpu" and builds):
-            done = ", ".join(b["name"] + (" cached" if b.get("cached") else "") for b in builds)
+        if result and (result.ok or (result.status == status.NO_GPU and builds)):
+            done = ", ".join(b.name + (" cached" if b.cached else "") for b in builds)
             print(f"{unit.label}: built ({done or 'no extension'})")
         else:
             failed += 1
-            print(f"{unit.label}: {result.get('status')}: {result.get('detail', '')}")
+            print(f"{unit.label}: {result.status}: {result.detail}" if result else unit.label)
     seconds = time.monotonic() - started
     print(f"build only: {len(built) - failed} of {len(built)} built in {seconds:.0f} s")
     return EXIT_FAILED if failed else EXIT_OK

@@ -5,7 +5,7 @@ prints goes to the job's log instead. Whatever happens to the worker, a compile 
 exception, a segfault, `os._exit`, a hang, this returns a result dict with a status. A worker
 that fails before any of the solution's code runs (it cannot write its log, it dies while
 starting) is the harness's failure, not the solution's: its result is marked `harness_error`
-(harness.measure.worker.harness_failure), and the session records no verdict from it.
+(harness.measure.judged.harness_failure), and the session records no verdict from it.
 
 Time limits: the load step (import, where extensions usually build) and any build started later
 get `build_s`; the check and time steps get `run_s` each.
@@ -18,12 +18,14 @@ import multiprocessing
 import signal
 import time
 from collections.abc import Callable
+from dataclasses import replace
 from multiprocessing import resource_tracker
 from pathlib import Path
 from typing import Any
 
 from harness import status
 from harness.measure import worker
+from harness.measure.judged import Judged, failure, harness_failure
 from harness.measure.spare import waiting
 from harness.settings import Limits
 
@@ -82,7 +84,7 @@ def run_isolated(
     on_event: Callable[[Event], None],
     spare: Spare | None = None,
     before_timing: Callable[[], None] | None = None,
-) -> dict:
+) -> Judged:
     """Run `job` in a spawned worker (`spare`, where one is given and alive); `on_event` sees
     phase, case, build and tick events. The result says where the worker ended, however it
     ended: its last `phase` ("load", "check", "time") and the `case` (or benchmark) of that
@@ -137,7 +139,7 @@ def _started(process: Any) -> Any:
 
 def _watch(
     process: Any, receiver: Any, limits: Limits, on_event: Callable[[Event], None], log: Path
-) -> dict:
+) -> Judged:
     phase, phase_start, build_start = "start", time.monotonic(), None
     case: str | None = None  # the case or benchmark of the phase that the worker is at
     spent: dict[str, float] = {}  # seconds in each phase, the current one until now
@@ -146,20 +148,19 @@ def _watch(
     def count(now: float) -> None:  # the current phase's seconds since `entered`
         spent[phase] = round(spent.get(phase, 0.0) + now - entered, 3)
 
-    def at() -> dict:
+    def at(judged: Judged) -> Judged:  # `judged`, with where the worker ended
         count(time.monotonic())
-        return {"phase": phase, "case": case, "phase_s": dict(spent)}
+        return replace(judged, phase=phase, case=case, phase_s=dict(spent))
 
     while True:
         if receiver.poll(POLL_S):
             try:
                 message = receiver.recv()
             except (EOFError, OSError):
-                return {**_died(process, log, phase), **at()}
+                return at(_died(process, log, phase))
             kind = message.get("kind")
             if kind == "result":
-                message.pop("kind")
-                return {**message, **at()}
+                return at(message["judged"])
             if kind == "phase":
                 now = time.monotonic()
                 count(now)
@@ -174,7 +175,7 @@ def _watch(
         elif not process.is_alive():
             if receiver.poll():
                 continue  # read what it sent before it exited
-            return {**_died(process, log, phase), **at()}
+            return at(_died(process, log, phase))
         building = build_start is not None or phase in ("start", "load")
         limit = limits.build_s if building else limits.run_s
         flag = "--build-timeout" if building else "--timeout"  # the flag that sets `limit`
@@ -183,9 +184,9 @@ def _watch(
         if elapsed > limit:
             process.kill()
             if phase == "start":  # the solution was not even imported: no verdict on it
-                return worker.harness_failure(f"the worker did not start within {limit:g} s")
+                return harness_failure(f"the worker did not start within {limit:g} s")
             step = "build" if build_start is not None else phase
-            return {**_timed_out(step, limit, case, flag), **at()}
+            return at(_timed_out(step, limit, case, flag))
         on_event(_tick(phase, build_start is not None, elapsed, (limit, flag), case))
 
 
@@ -206,14 +207,14 @@ def _tick(
     }
 
 
-def _timed_out(step: str, limit: float, case: str | None, flag: str) -> dict:
+def _timed_out(step: str, limit: float, case: str | None, flag: str) -> Judged:
     """The timeout verdict: which step, its limit, the case a check was on, and the flag."""
     where = f" in case {case!r}" if case is not None and step == "check" else ""
     detail = f"{step} step ran past its {limit:g} s limit{where} ({flag} SECONDS sets it)"
     return failure(status.TIMEOUT, detail)
 
 
-def _died(process: Any, log: Path, phase: str) -> dict:
+def _died(process: Any, log: Path, phase: str) -> Judged:
     """A worker that ended without a result: crashed, unless it died before it began its job
     (`phase` "start"), when no code of the solution had run: then a harness failure."""
     process.join(JOIN_S)
@@ -225,13 +226,9 @@ def _died(process: Any, log: Path, phase: str) -> dict:
     clue = last_clue(log)
     ends = f"; log ends: {clue}" if clue else ""
     if phase == "start":
-        return worker.harness_failure(f"the worker {how} before it began its job{ends}")
+        return harness_failure(f"the worker {how} before it began its job{ends}")
     guess = "" if code is not None and code < 0 else " (os._exit?)"
     return failure(status.CRASHED, f"worker {how}{guess}{ends}")
-
-
-def failure(verdict: str, detail: str) -> dict:
-    return {"status": verdict, "detail": detail, "benchmarks": [], "checks": 0}
 
 
 def last_clue(log: Path, max_chars: int = 160) -> str:

@@ -19,9 +19,11 @@ from __future__ import annotations
 import os
 import shutil
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 from harness import status
+from harness.measure.judged import Judged
 
 MODULE_SUFFIXES = (".py", ".pyc", ".so", ".pyd")
 HOOKS = frozenset({"sitecustomize", "usercustomize"})
@@ -89,14 +91,11 @@ class ImportPath:
         return found
 
 
-def rejection(planted: list[Path]) -> dict[str, str]:
-    """The status, detail and reason of a job that planted modules."""
+def rejected(judged: Judged, planted: list[Path]) -> Judged:
+    """`judged`, rejected for the modules it planted, its measurements dropped."""
     shown = ", ".join(str(p) for p in planted[:3]) + (" ..." if len(planted) > 3 else "")
-    return {
-        "status": status.REJECTED,
-        "detail": (
-            f"wrote {shown} where Python imports from, shadowing a module (or adding a start-up "
-            f"hook) for every later process; removed [rule: {REASON}]"
-        ),
-        "reason": REASON,
-    }
+    detail = (
+        f"wrote {shown} where Python imports from, shadowing a module (or adding a start-up "
+        f"hook) for every later process; removed [rule: {REASON}]"
+    )
+    return replace(judged, status=status.REJECTED, detail=detail, reason=REASON, benchmarks=())

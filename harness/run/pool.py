@@ -18,8 +18,11 @@ from typing import Any
 
 import torch
 
+from harness import codec
 from harness.errors import UserError
+from harness.measure.judged import Judged
 from harness.measure.worker import Job
+from harness.record import Machine
 from harness.run import isolate, machine, plants
 from harness.settings import REPO
 
@@ -35,7 +38,7 @@ def execute(
     on_event: OnEvent,
     spare: isolate.Spare | None = None,
     before_timing: Callable[[], None] | None = None,
-) -> dict[str, Any]:
+) -> Judged:
     """Run `job` in a worker (`spare`, where given); a module it planted where Python imports
     from (`folders`, and this process's import path) is removed, and rejects it
     (harness.run.plants), however the job ended (also when the run stops it)."""
@@ -45,7 +48,7 @@ def execute(
     finally:
         planted = watched.remove_planted()
     if planted:
-        result = {**result, **plants.rejection(planted), "benchmarks": []}
+        result = plants.rejected(result, planted)
     return result
 
 
@@ -72,7 +75,7 @@ class LocalSlot:
             self._described = machine.describe(torch.device(self.device), REPO)
         return self._described
 
-    def run(self, job: Job, folders: list[Path], on_event: OnEvent) -> dict[str, Any]:
+    def run(self, job: Job, folders: list[Path], on_event: OnEvent) -> Judged:
         """Run `job` on this slot's device; the result carries the machine and its load as the
         job began (`machine`)."""
         busy = machine.load(torch.device(self.device))
@@ -81,7 +84,8 @@ class LocalSlot:
             on_event = self._starting_spare(on_event)
         job = on_device(job, self.device)
         result = execute(job, folders, on_event, spare, self._spare_warmed)
-        return {**result, "machine": {**self.machine(), **busy}}
+        where = codec.decode(Machine, {**self.machine(), **busy})
+        return dataclasses.replace(result, machine=where)
 
     def _starting_spare(self, on_event: OnEvent) -> OnEvent:
         """`on_event`, which starts the next job's spare worker once this job has begun, and
@@ -115,7 +119,7 @@ class LocalPool:
         os.environ.setdefault("MAX_JOBS", COMPILES_PER_BUILD)  # workers inherit it
         self._builder = ThreadPoolExecutor(build_jobs, thread_name_prefix="build")
 
-    def build(self, job: Job, folders: list[Path], on_event: OnEvent) -> Future[dict[str, Any]]:
+    def build(self, job: Job, folders: list[Path], on_event: OnEvent) -> Future[Judged]:
         """Start the build job of a solution (task "build"); its result when it is done."""
         return self._builder.submit(execute, job, folders, on_event)
 

@@ -38,8 +38,9 @@ from concurrent.futures import Future
 from pathlib import Path
 from typing import Any
 
-from harness import status, toolchain
+from harness import toolchain
 from harness.errors import HarnessError, UserError
+from harness.measure.judged import Judged
 from harness.measure.worker import Job
 from harness.run.pool import COMPILES_PER_BUILD, LocalSlot, OnEvent, execute
 from harness.settings import REPO
@@ -52,7 +53,6 @@ START = (
 PROBE_S = 3.0  # how long the head's port may take to accept a connection
 READY_S = 300.0  # how long the judging actors may take to start (each imports torch)
 POLL_S = 0.25  # how often a slot's thread looks at its remote job (a stop is seen this fast)
-LOG_KEY = "ray_log"  # a worker's log, on its way back with the result
 LOG_MAX_BYTES = 1 << 20  # the end of a longer log comes back
 SHIP_MAX_BYTES = 512 << 20  # a bigger build folder is not shipped: its judge builds it again
 SAFE: dict[str, Any] = {"filter": "data"} if hasattr(tarfile, "data_filter") else {}  # 3.10.12+
@@ -145,8 +145,8 @@ class RayPool:
         self.ray, self.limit, self.started = ray, build_jobs, started
         self.shipped: dict[tuple[str, str, str], Any] = {}  # a build's packed folder, by job
         self._lock = threading.Lock()
-        self._waiting: deque[tuple[Job, list[Path], Future[dict[str, Any]]]] = deque()
-        self._running: dict[Any, Future[dict[str, Any]]] = {}  # build ref: its future
+        self._waiting: deque[tuple[Job, list[Path], Future[Judged]]] = deque()
+        self._running: dict[Any, Future[Judged]] = {}  # build ref: its future
         self._closed = False
         self._build_task = ray.remote(num_cpus=1, num_returns=2, max_retries=0)(build_remotely)
         self.slots = self._start_judges()
@@ -178,10 +178,10 @@ class RayPool:
         """The machine of the first slot (every slot's GPU is of the same model)."""
         return dict(self.slots[0].machine)
 
-    def build(self, job: Job, folders: list[Path], on_event: OnEvent) -> Future[dict[str, Any]]:
+    def build(self, job: Job, folders: list[Path], on_event: OnEvent) -> Future[Judged]:
         """Start the build job of a solution (task "build") as a Ray task; its result when it is
         done. Its packed build folder is kept for the solution's judge."""
-        done: Future[dict[str, Any]] = Future()
+        done: Future[Judged] = Future()
         with self._lock:
             self._waiting.append((job, folders, done))
         self._submit()
@@ -202,7 +202,7 @@ class RayPool:
         for job, result in started:  # outside the lock: a done future calls back at once
             result.future().add_done_callback(functools.partial(self._built, job, result))
 
-    def _built(self, job: Job, ref: Any, finished: Future[dict[str, Any]]) -> None:
+    def _built(self, job: Job, ref: Any, finished: Future[Judged]) -> None:
         """A build task ended: its result to the scheduler, and the next build started."""
         with self._lock:
             done = self._running.pop(ref, None)
@@ -241,7 +241,7 @@ class RaySlot:
         self.device: str = machine["device"]
         self.name = f"ray {machine.get('host')} {machine.get('ray_gpu') or self.device}"
 
-    def run(self, job: Job, folders: list[Path], on_event: OnEvent) -> dict[str, Any]:
+    def run(self, job: Job, folders: list[Path], on_event: OnEvent) -> Judged:
         ray = self.pool.ray
         packed = self.pool.shipped.pop(shipped_key(job), None)
         call = self.actor.run.remote(*absolute(job, folders), [packed])
@@ -275,7 +275,7 @@ class Judge:
         gpus = ray.get_runtime_context().get_accelerator_ids().get("GPU") or []
         return {**self.slot.machine(), "ray_gpu": f"gpu {gpus[0]}" if gpus else None}
 
-    def run(self, job: Job, folders: list[Path], packed: list[Any]) -> dict[str, Any]:
+    def run(self, job: Job, folders: list[Path], packed: list[Any]) -> Judged:
         """Judge `job` on this actor's device, first unpacking the build shipped with it
         (`packed`: [ObjectRef of build_remotely's second value, or None]) where missing here."""
         import ray
@@ -290,12 +290,12 @@ class Judge:
         return with_log(self.slot.run(job, folders, stop_when_cancelled), job)
 
 
-def build_remotely(job: Job, folders: list[Path]) -> tuple[dict[str, Any], Any]:
+def build_remotely(job: Job, folders: list[Path]) -> tuple[Judged, Any]:
     """A Ray task: run the build job here, in a worker (harness.run.pool.execute); its result
     and its packed build folder, (folder name, tar bytes), or None where nothing was built."""
     result = execute(job, folders, lambda event: None)
     folder = job_folder(job)
-    packed = pack(folder) if result["status"] == status.OK else None
+    packed = pack(folder) if result.ok else None
     return with_log(result, job), (folder.name, packed) if packed else None
 
 
@@ -376,20 +376,19 @@ def restore(folder: Path, fetch: Callable[[], Any]) -> bool:
     return True
 
 
-def with_log(result: dict[str, Any], job: Job) -> dict[str, Any]:
+def with_log(result: Judged, job: Job) -> Judged:
     """`result` with the end of the job's log, for a driver on another host."""
     try:
         with open(job.log_path, "rb") as log:
             log.seek(max(0, os.fstat(log.fileno()).st_size - LOG_MAX_BYTES))
-            return {**result, LOG_KEY: log.read()}
+            return dataclasses.replace(result, ray_log=log.read())
     except OSError:
         return result
 
 
-def landed(result: dict[str, Any], job: Job) -> dict[str, Any]:
+def landed(result: Judged, job: Job) -> Judged:
     """The result as it came back, its log written where this host lacks it."""
-    result = dict(result)
-    text = result.pop(LOG_KEY, None)
+    text, result = result.ray_log, dataclasses.replace(result, ray_log=None)
     log = Path(job.log_path)
     if text is not None and not log.exists():
         with contextlib.suppress(OSError):  # an unwritable log folder stops the run elsewhere

@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any, Protocol, TextIO
 from tqdm import tqdm
 
 from harness import status
+from harness.measure.judged import Judged
 from harness.results import report
 from harness.run.progress import QUIET_S, Progress
 from harness.stats import geomean
@@ -33,8 +34,8 @@ class Unit(Protocol):
 
     index: int
     total: int
-    built: dict[str, Any] | None
-    result: dict[str, Any] | None
+    built: Judged | None
+    result: Judged | None
 
     @property
     def label(self) -> str: ...
@@ -63,7 +64,7 @@ class Report:
     def building(self, unit: Unit) -> None:
         pass
 
-    def built(self, unit: Unit, result: dict[str, Any]) -> None:
+    def built(self, unit: Unit, result: Judged) -> None:
         pass
 
     def judging(self, unit: Unit, slot: str) -> OnEvent:
@@ -91,15 +92,15 @@ class SerialReport(Report):
     def note(self, text: str) -> None:
         self.progress.note(text)
 
-    def built(self, unit: Unit, result: dict[str, Any]) -> None:
-        for build in result.get("builds") or ():
-            if not build.get("cached"):
-                self.note(f"{unit.label}: built {build['name']} in {build['seconds']:.1f} s")
+    def built(self, unit: Unit, result: Judged) -> None:
+        for build in result.builds or ():
+            if not build.cached:
+                self.note(f"{unit.label}: built {build.name} in {build.seconds or 0:.1f} s")
 
     def judging(self, unit: Unit, slot: str) -> OnEvent:
         self.progress.start(unit.index, unit.total, unit.label)
-        built = (unit.built or {}).get("builds") or ()
-        self.progress.built_here = {b["name"] for b in built if not b.get("cached")}
+        built = (unit.built.builds if unit.built else None) or ()
+        self.progress.built_here = {b.name for b in built if not b.cached}
         return self.progress.event
 
     def judged(self, unit: Unit, ran: RunRecord, again: str) -> None:
@@ -142,7 +143,7 @@ class SweepReport(Report):
         with self.lock:
             self.building_now += 1
 
-    def built(self, unit: Unit, result: dict[str, Any]) -> None:
+    def built(self, unit: Unit, result: Judged) -> None:
         with self.lock:
             self.building_now -= 1
         self._refresh()

@@ -28,6 +28,7 @@ from typing import Any, Protocol
 from harness import status, toolchain
 from harness.errors import UserError
 from harness.loading import Problem
+from harness.measure.judged import Judged
 from harness.measure.worker import Job
 from harness.record import RunRecord
 from harness.run import resume
@@ -45,7 +46,7 @@ class Slot(Protocol):
 
     def run(
         self, job: Job, folders: list[Path], on_event: Callable[[dict[str, Any]], None]
-    ) -> dict[str, Any]: ...
+    ) -> Judged: ...
 
 
 class Pool(Protocol):
@@ -53,7 +54,7 @@ class Pool(Protocol):
 
     def build(
         self, job: Job, folders: list[Path], on_event: Callable[[dict[str, Any]], None]
-    ) -> Future[dict[str, Any]]: ...
+    ) -> Future[Judged]: ...
 
 
 class Stopped(Exception):
@@ -69,8 +70,8 @@ class Unit:
     index: int  # within its problem, from 1
     total: int  # its problem's solutions
     job: Job
-    result: dict[str, Any] | None = None  # reached without a judge: a shortcut or the build's
-    built: dict[str, Any] | None = None  # the build job's result
+    result: Judged | None = None  # reached without a judge: a shortcut or the build's
+    built: Judged | None = None  # the build job's result
     ran: RunRecord | None = None
     ready: threading.Event = field(default_factory=threading.Event)
 
@@ -113,7 +114,7 @@ class Scheduler:
         those recorded earlier included under --resume), or the UserError that refused it."""
         earlier = resume.Earlier(self.session) if self.again else None
         skipped: dict[tuple[str, Path], RunRecord] = {}
-        builds: list[Future[dict[str, Any]]] = []
+        builds: list[Future[Judged]] = []
         for source, solutions in work:
             for index, solution in enumerate(solutions, start=1):
                 content = toolchain.source_hash(solution)
@@ -129,10 +130,10 @@ class Scheduler:
             self._close()
         return self._outcome(work, skipped)
 
-    def build(self, work: Work) -> list[tuple[Unit, dict[str, Any]]]:
+    def build(self, work: Work) -> list[tuple[Unit, Judged | None]]:
         """--build-only: every solution's build job, as many at once as the pool allows, and
         nothing else (no judge, no record); each unit with its build's result."""
-        builds: list[Future[dict[str, Any]]] = []
+        builds: list[Future[Judged]] = []
         for source, solutions in work:
             for index, solution in enumerate(solutions, start=1):
                 content = toolchain.source_hash(solution)
@@ -142,11 +143,11 @@ class Scheduler:
             self._wait(lambda: all(f.done() for f in builds))
         finally:
             self._close()
-        return [(u, u.built or u.result or {}) for u in self.units]
+        return [(u, u.built or u.result) for u in self.units]
 
     def _queue(
         self, source: ProblemSource, solution: Path, place: tuple[int, int], content: str
-    ) -> list[Future[dict[str, Any]]]:
+    ) -> list[Future[Judged]]:
         """Make `solution`'s unit (`place`: its index among the problem's solutions, and their
         number) and start its build (`_start`)."""
         index, total = place
@@ -155,7 +156,7 @@ class Scheduler:
         self.units.append(unit)
         return self._start(unit)
 
-    def _start(self, unit: Unit) -> list[Future[dict[str, Any]]]:
+    def _start(self, unit: Unit) -> list[Future[Judged]]:
         """Queue `unit`'s build, or the unit itself where it needs no worker."""
         self.left[unit.source.name] = self.left.get(unit.source.name, 0) + 1
         unit.result = self.session.shortcut(unit.solution, unit.job.content_hash)
@@ -168,7 +169,7 @@ class Scheduler:
         future.add_done_callback(lambda done: self._built(unit, done))
         return [future]
 
-    def _built(self, unit: Unit, future: Future[dict[str, Any]]) -> None:
+    def _built(self, unit: Unit, future: Future[Judged]) -> None:
         if future.cancelled():
             return
         error = future.exception()
@@ -176,10 +177,14 @@ class Scheduler:
             if not isinstance(error, Stopped):
                 self._fail(error)
             return
-        unit.built = future.result()
-        if self._final(unit.built):
-            unit.result = unit.built
-        self.report.built(unit, unit.built)
+        try:  # a failure here would die in the future's callback, and the run would wait on
+            unit.built = future.result()
+            if self._final(unit.built):
+                unit.result = unit.built
+            self.report.built(unit, unit.built)
+        except BaseException as err:  # handed to the run, which stops
+            self._fail(err)
+            return
         self._ready(unit)
 
     def _ready(self, unit: Unit) -> None:
@@ -200,17 +205,17 @@ class Scheduler:
                 raise Stopped
         return unit
 
-    def _final(self, built: dict[str, Any]) -> bool:
+    def _final(self, built: Judged) -> bool:
         """Whether the build job's verdict stands without a judge (worker.build_only)."""
-        if built.get("harness_error") or built["status"] == status.OK:
+        if built.harness_error or built.ok:
             return False
-        if built["status"] in (status.COMPILE_ERROR, status.NO_GPU, status.REJECTED):
+        if built.status in (status.COMPILE_ERROR, status.NO_GPU, status.REJECTED):
             return True
-        if built["status"] == status.TIMEOUT and built["detail"].startswith("build step"):
+        if built.status == status.TIMEOUT and built.detail.startswith("build step"):
             return True
         return self.session.device.type == "cpu"
 
-    def _judge_all(self, work: Work, builds: list[Future[dict[str, Any]]]) -> None:
+    def _judge_all(self, work: Work, builds: list[Future[Judged]]) -> None:
         if work:  # while the builds run; on a GPU all the audits in one worker
             self.session.auditing.audit_all([s for s, _ in work], self._first_slot(work[0][0]))
         for source, _ in work:
@@ -304,11 +309,11 @@ class Scheduler:
                 self.compiled[name] = self.session.compile_baselines(unit.source, problem, run_job)
         return self.compiled[name]
 
-    def _first_slot(self, source: ProblemSource) -> Callable[[Job], dict[str, Any]]:
+    def _first_slot(self, source: ProblemSource) -> Callable[[Job], Judged]:
         """Runs a job of `source`'s reference on the first slot (before any slot serves)."""
         return self._runner(self.pool.slots[0], [source.reference.parent])
 
-    def _runner(self, slot: Slot, folders: list[Path]) -> Callable[[Job], dict[str, Any]]:
+    def _runner(self, slot: Slot, folders: list[Path]) -> Callable[[Job], Judged]:
         """Runs a job of the run's own (no solution's) on `slot`, its events unshown."""
         return lambda job: slot.run(job, folders, self._watching(lambda e: None))
 
@@ -355,9 +360,9 @@ class Scheduler:
         return outcome
 
 
-def _with_builds(result: dict[str, Any], built: dict[str, Any] | None) -> dict[str, Any]:
+def _with_builds(result: Judged, built: Judged | None) -> Judged:
     """The judge's result, with the builds its build job compiled (the judge found them in the
     cache)."""
-    if built and any(not b.get("cached") for b in built.get("builds") or ()):
-        return {**result, "builds": built["builds"], "build_s": built.get("build_s")}
+    if built and any(not b.cached for b in built.builds or ()):
+        return replace(result, builds=built.builds, build_s=built.build_s)
     return result

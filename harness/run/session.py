@@ -5,7 +5,6 @@ from __future__ import annotations
 import datetime
 import os
 import secrets
-from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -14,10 +13,11 @@ from harness import codec, files, record, status, toolchain
 from harness.errors import HarnessError, UserError
 from harness.loading import Problem, load_problem
 from harness.measure import roofline
+from harness.measure.judged import Judged, failure
 from harness.measure.worker import Job, cuda_not_asked
 from harness.record import BenchRow, Ceiling, Machine, RunRecord
 from harness.results import baselines, rendering, report
-from harness.run import isolate, machine, ncu, replay, scan
+from harness.run import machine, ncu, replay, scan
 from harness.run.auditing import Auditing, RunJob
 from harness.run.discovery import ProblemSource, missing_model_new
 from harness.run.progress import Progress
@@ -87,24 +87,26 @@ class Session:
 
             def measure() -> dict[str, Any]:
                 self.progress.note("measuring the copy bandwidth of this GPU (cached afterwards)")
-                result = self._reference_result(source, "ceiling", run_job)
-                return dict(result["ceiling"])
+                copy = self._reference_result(source, "ceiling", run_job).ceiling
+                if copy is None:
+                    raise HarnessError(f"{source.name}: the ceiling job measured no ceiling")
+                return {"copy_gbps": copy.copy_gbps, "copy_bytes": copy.copy_bytes}
 
             self._ceiling = roofline.ceiling(
                 self.folder, self.device, self.machine, store=self.recording, measure=measure
             )
         return self._ceiling
 
-    def _reference_result(self, source: ProblemSource, task: str, run_job: RunJob) -> Any:
+    def _reference_result(self, source: ProblemSource, task: str, run_job: RunJob) -> Judged:
         """The result of a job that runs `source`'s reference alone (worker.REFERENCE_TASKS);
         where it failed, a UserError for the audit (the problem is refused), else a
         HarnessError."""
         job = self._reference_job(source, task)
         result = harness_checked(run_job(job), job)
-        if result["status"] != status.OK:  # the audit's failure is the problem's, else ours
+        if not result.ok:  # the audit's failure is the problem's, else ours
             error = UserError if task == "audit" else HarnessError
             raise error(
-                f"{source.name}: the {task} job failed: {result['status']}: {result['detail']} "
+                f"{source.name}: the {task} job failed: {result.status}: {result.detail} "
                 f"(its log: {job.log_path})"
             )
         return result
@@ -173,32 +175,34 @@ class Session:
         log_path = self.settings.places.log_dir / self.run_id / log_name
         return self._job(source, solution, log_path, content)
 
-    def shortcut(self, solution: Path, content: str) -> dict[str, Any] | None:
+    def shortcut(self, solution: Path, content: str) -> Judged | None:
         """The result of a solution that needs no worker: a file without ModelNew, or a CUDA
         solution on the CPU that an earlier record says is `no_gpu` here; else None."""
         reason = missing_model_new(solution)
         if reason:
-            return isolate.failure(status.LOAD_ERROR, reason)
+            return failure(status.LOAD_ERROR, reason)
         return self._known_no_gpu(content)
 
     def record_for(
         self,
         source: ProblemSource,
         job: Job,
-        result: dict[str, Any],
+        result: Judged,
         cases: int,
         compiled: list[dict[str, Any]],
     ) -> RunRecord:
         """The record of a judged job, each benchmark row with its torch.compile baseline from
         `compiled` where one matches, and the machine (with its load) where the job ran."""
         solution, log_path = Path(job.solution), Path(job.log_path)
-        measured = [codec.decode(BenchRow, bench) for bench in result["benchmarks"]]
+        measured = list(result.benchmarks)
         witnessed: list[str] = []
-        if self.settings.ncu and result["status"] == status.OK and measured:
-            device = result.get("device") or job.settings.device
+        if self.settings.ncu and result.ok and measured:
+            device = result.device or job.settings.device
             measured, witnessed = self._witness(job, device, measured)
         versus = [baselines.versus(row, compiled, self.run_id) for row in measured]
-        where = result.get("machine") or {**self.machine, **machine.load(self.device)}
+        where = result.machine or codec.decode(
+            Machine, {**self.machine, **machine.load(self.device)}
+        )
         measured_ceiling = self._ceiling
         return RunRecord(
             run_id=self.run_id,
@@ -211,25 +215,32 @@ class Session:
             log=_shown(log_path) if log_path.exists() else None,
             cases=cases,
             settings=job.settings,
-            machine=codec.decode(Machine, where),
-            status=result["status"],
-            detail=result["detail"],
-            checks=result["checks"],
+            machine=where,
+            status=result.status,
+            detail=result.detail,
+            checks=result.checks,
             benchmarks=tuple(
                 replace(row, compile=baseline, vs_compile=speedup)
                 for row, (baseline, speedup) in zip(measured, versus, strict=True)
             ),
-            warnings=tuple(scan.scan(solution) + result.get("warnings", []) + witnessed),
+            warnings=(*scan.scan(solution), *result.warnings, *witnessed),
             ceiling=codec.decode(Ceiling, measured_ceiling) if measured_ceiling else None,
-            **record.reported({**result, "reference_hash": self.reference_hash(source)}),
+            device=result.device,
+            reason=result.reason,
+            builds=result.builds,
+            build_s=result.build_s,
+            own_share=result.own_share,
+            reference_share=result.reference_share,
+            reference_hash=self.reference_hash(source),
+            phase_s=result.phase_s,
         )
 
     def announce(
-        self, ran: RunRecord, source: ProblemSource, solution: Path, result: dict[str, Any]
+        self, ran: RunRecord, source: ProblemSource, solution: Path, result: Judged
     ) -> str:
         """The replay command for a failed solution, or ''."""
-        phase, case = result.get("phase"), result.get("case")
-        return replay.command(ran, source, solution, phase, case, self.recording) or ""
+        replayed = replay.command(ran, source, solution, result.phase, result.case, self.recording)
+        return replayed or ""
 
     def _witness(
         self, job: Job, device: str, rows: list[BenchRow]
@@ -244,7 +255,7 @@ class Session:
         log = Path(job.log_path)
         return ncu.witness_rows(self.settings, device, spec, rows, log, self.progress.note)
 
-    def _known_no_gpu(self, content: str) -> dict[str, Any] | None:
+    def _known_no_gpu(self, content: str) -> Judged | None:
         """A CUDA solution on the CPU, without a worker (about 3 s saved), where an earlier
         record of the same content says it is `no_gpu` here: not compiled, or, with
         --compile-cuda, compiled for the same target by that run (its build is cached)."""
@@ -260,15 +271,15 @@ class Session:
         skipped = cuda_not_asked(self.device, self.settings)
         compiled = [b.name for b in last.builds or () if b.cuda]
         if skipped and (compiled or last.detail.startswith("not compiled: ")):
-            return isolate.failure(status.NO_GPU, f"not compiled: {skipped}")
+            return failure(status.NO_GPU, f"not compiled: {skipped}")
         if compiled and last.settings.arch == self.settings.arch:
             names = ", ".join(compiled)
             detail = f"{names} compiled by run {last.run_id}; not run: no CUDA device"
-            return {**isolate.failure(status.NO_GPU, detail), "builds": codec.encode(last.builds)}
+            return replace(failure(status.NO_GPU, detail), builds=last.builds)
         return None
 
     def compile_baselines(
-        self, source: ProblemSource, problem: Problem, run_job: Callable[[Job], dict[str, Any]]
+        self, source: ProblemSource, problem: Problem, run_job: RunJob
     ) -> list[dict[str, Any]]:
         """The problem's torch.compile baselines: cached ones, else measured now by `run_job`
         (a worker on a slot's device)."""
@@ -289,15 +300,15 @@ class Session:
         self.progress.note(f"{source.name}: timing the torch.compile baseline")
         job = self._reference_job(source, "compile_baseline", "compile")
         result = harness_checked(run_job(job), job)
-        verdict = f"{result['status']} {result.get('detail') or ''}".strip()
+        verdict = f"{result.status} {result.detail}".strip()
         self.progress.note(f"{source.name}: torch.compile baseline: {verdict}")
-        if result["status"] != status.OK:
+        if not result.ok:
             return found
         run = {"run_id": self.run_id, "time": _now(), "driver": self.machine.get("driver")}
-        entries = [{**context, **run, **row} for row in result["benchmarks"]]
+        entries = [{**context, **run, **row} for row in result.compile_rows]
         if not self.recording:  # used by this run, kept by none
             return [*found, *entries]
-        self._writing(baselines.store, self.folder, {**context, **run}, result["benchmarks"])
+        self._writing(baselines.store, self.folder, {**context, **run}, list(result.compile_rows))
         return baselines.cached(self.folder, context)
 
     def _job(self, source: ProblemSource, solution: Path, log_path: Path, content: str) -> Job:
@@ -311,15 +322,15 @@ class Session:
         )
 
 
-def harness_checked(result: dict[str, Any], job: Job) -> dict[str, Any]:
-    """`result`, unless the harness failed the job (harness.measure.worker.harness_failure):
+def harness_checked(result: Judged, job: Job) -> Judged:
+    """`result`, unless the harness failed the job (harness.measure.judged.harness_failure):
     then a HarnessError, so that no verdict is recorded against the solution."""
-    if not result.get("harness_error"):
+    if not result.harness_error:
         return result
     log = Path(job.log_path)
     where = f" (its log: {_shown(log)})" if log.exists() else ""
     raise HarnessError(
-        f"{job.problem}/{Path(job.solution).stem}: {result['detail']}{where}; the run stops "
+        f"{job.problem}/{Path(job.solution).stem}: {result.detail}{where}; the run stops "
         "here and records no verdict on the solution; what was recorded before is kept"
     )
 
