@@ -200,7 +200,7 @@ def run(job: Job, send: Send) -> Judged:
 def reference_task(job: Job, problem: Problem, device: torch.device, send: Send) -> Judged:
     """The jobs that run no solution, so that the parent never touches the GPU: the audit of
     the job's problems ("audits", by problem: harness.measure.audit.audit_each), the
-    copy-bandwidth ceiling ("ceiling") and the torch.compile baseline ("benchmarks")."""
+    copy-bandwidth ceiling ("ceiling") and the torch.compile baseline ("compile_rows")."""
     if job.task == "audit":
         send("phase", phase="check")
         sources = job.sources or ((job.problem, job.reference),)
