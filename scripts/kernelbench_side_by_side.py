@@ -35,7 +35,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from harness import toolchain
+from harness import stats, toolchain
 
 NUMBER = re.compile(r"(?:level_\d+_problem_)?(\d+)_")
 PROFILE_GAP, DEFAULT_GAP = 0.05, 0.10  # the issue's bounds on profile/KB and default/KB
@@ -158,8 +158,7 @@ def latest(folder: str) -> dict[int, dict[str, Any]]:
 
 def _mean_ratio(reference: list[float], solution: list[float], first: int | None) -> float:
     """The mean of the reference's first `first` trials over the solution's (all if None)."""
-    reference, solution = reference[:first], solution[:first]
-    return (sum(reference) / len(reference)) / (sum(solution) / len(solution))
+    return stats.mean_ratio(reference[:first], solution[:first]).value
 
 
 def _speedups(

@@ -57,7 +57,7 @@ class Auditing:
         job = self.reference_job(sources[0], "audit", "audits")
         job = replace(job, sources=tuple((s.name, str(s.reference)) for s in sources))
         result = run_job(job)
-        if result.ok and not result.harness_error:
+        if result.ok:  # a harness failure is never ok
             self._audited.update(result.audits or {})
 
     def check(self, source: ProblemSource, problem: Problem, run_job: RunJob) -> None:

@@ -2,7 +2,7 @@
 
 The worker reports over a one-way pipe that only the harness writes to; whatever the solution
 prints goes to the job's log instead. Whatever happens to the worker, a compile error, an
-exception, a segfault, `os._exit`, a hang, this returns a result dict with a status. A worker
+exception, a segfault, `os._exit`, a hang, this returns a Judged with a status. A worker
 that fails before any of the solution's code runs (it cannot write its log, it dies while
 starting) is the harness's failure, not the solution's: its result is marked `harness_error`
 (harness.measure.judged.harness_failure), and the session records no verdict from it.
