@@ -66,7 +66,7 @@ class Wide:
         return Wide(self.value[index], draws)
 
     def against(self, expected: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor] | str:
-        """For `expected` (as compared: on the CPU, complex as real pairs), the exact answer in
+        """For `expected` (as compared: where it lives, complex as real pairs), the exact answer in
         float64 and the largest error of the draws at each element (0 where none says), or why
         there is no exact answer."""
         if self.missing is not None:
@@ -96,7 +96,7 @@ def _as_compared(value: Any, expected: torch.Tensor) -> torch.Tensor | None:
         value = torch.tensor(value, dtype=torch.complex128 if isinstance(value, complex) else WIDE)
     if not isinstance(value, torch.Tensor):
         return None
-    value = value.detach().cpu()
+    value = value.detach().to(expected.device)
     if value.is_complex():
         value = torch.view_as_real(value)
     return value if value.shape == expected.shape else None

@@ -5,6 +5,7 @@ from __future__ import annotations
 import copy
 import hashlib
 import random
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -63,12 +64,29 @@ class Seeds:
 
 
 def make_inputs(case: Case, seed: int, device: torch.device) -> list[Any]:
-    """The case's inputs drawn under `seed`, moved to `device` without changing any dtype."""
-    seed_everything(seed)
-    values = case.get_inputs()
+    """The case's inputs drawn under `seed` on `device` (`drawn`), without changing any dtype."""
+    values = drawn(case.get_inputs, seed, device)
     if not isinstance(values, (list, tuple)):
         raise TypeError(f"get_inputs() must return a list, not {type(values).__name__}")
     return [replicate(v, device) for v in values]
+
+
+def drawn(get_inputs: Callable[[], Any], seed: int, device: torch.device) -> Any:
+    """`get_inputs()` after seeding, run with `device` as torch's default device, so that the
+    tensors it makes are drawn there (from torch's generator of that device, seeded by the same
+    seed) instead of on the CPU and copied: at KernelBench's current sizes (GBs per input) a
+    CPU draw takes seconds. The values differ from a CPU draw of the same seed, and the CUDA
+    generator's may differ between GPU models. A `get_inputs` that cannot run so (it calls
+    `.numpy()`, or passes a CPU generator) is drawn on the CPU again, from the same seed."""
+    seed_everything(seed)
+    if device.type == "cpu":
+        return get_inputs()
+    try:
+        with torch.device(device):
+            return get_inputs()
+    except Exception:
+        seed_everything(seed)
+        return get_inputs()
 
 
 def make_init_inputs(case: Case, device: torch.device) -> list[Any]:

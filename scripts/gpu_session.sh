@@ -10,12 +10,15 @@
 #   KB_SRC=<KernelBench checkout> KB_PROBLEMS=<its level1 files> bash scripts/gpu_session.sh \
 #       kernelbench   the side-by-side with KernelBench's own evaluator (docs/kernelbench.md, "Judged as
 #                     KernelBench judges"): builds first, KernelBench's evaluator, then the
-#                     profile's sweep as far as time allows; both KB paths outside git, carried
+#                     profile's sweep (half the time left), the default timer's sweep, and the
+#                     table (kb-table.md); both KB paths outside git, carried
 #   KB_PROBLEMS=... bash scripts/gpu_session.sh kernelbench-rest
 #                     the rest of the profile's sweep and the default timer's (--resume), in a
 #                     second call; `kernelbench_side_by_side.py table` then joins the three
 #   KB_TRIALS=N       with either: KernelBench's and the profile's timers take N trials a side
 #                     (default 100); `table --trials 100` still gives the 100-trial figures
+#   BUDGET_S=N        the seconds a kernelbench part may take in all (default 585), when the
+#                     call runs something else first
 #   PROBLEMS="a b" GIT_COMMIT=<sha> bash scripts/gpu_session.sh run
 #                     re-run only these problems (run.py --problem a, then b, with --compile)
 # Each step has a time limit so that the call ends in time. NVML's Python binding (for the
@@ -26,6 +29,7 @@ out=${OUT:-/tmp/gpu-session}
 mkdir -p "$out"
 python=${PYTHON:-python3}
 part=${1:-run}
+budget=${BUDGET_S:-585}  # seconds this part may take in all (a device call allows 600)
 
 gpu_state() {
   nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem,temperature.gpu,power.draw \
@@ -85,14 +89,17 @@ elif [ "$part" = kernelbench ]; then
   step kb-theirs 170 env PYTHONPATH="$state/kb-site" $python scripts/kernelbench_side_by_side.py \
     measure "$KB_SRC" "$KB_PROBLEMS" examples/kernelbench_level1 .cache/builds "$state/kb/kb.jsonl" \
     --trials "${KB_TRIALS:-100}"
-  step kb-profile $((585 - SECONDS)) $python run.py "${sweep[@]}" "${as_kb[@]}" \
+  step kb-profile $(((budget - SECONDS) / 2)) $python run.py "${sweep[@]}" "${as_kb[@]}" \
     --results-dir "$state/kb"
+  step kb-default $((budget - SECONDS)) $python run.py "${sweep[@]}" --results-dir "$state/kb"
+  $python scripts/kernelbench_side_by_side.py table "$state/kb/kb.jsonl" \
+    "$state/kb/$gpu-kernelbench" "$state/kb/$gpu" | tee "$out/kb-table.md"
 elif [ "$part" = kernelbench-rest ]; then
   # A second call: the profile's sweep where it stopped, then the default timer's sweep;
   # `kernelbench_side_by_side.py table` then joins the three, anywhere.
   step kb-profile 300 $python run.py "${sweep[@]}" "${as_kb[@]}" --resume \
     --results-dir "$state/kb"
-  step kb-default $((585 - SECONDS)) $python run.py "${sweep[@]}" --resume --results-dir "$state/kb"
+  step kb-default $((budget - SECONDS)) $python run.py "${sweep[@]}" --resume --results-dir "$state/kb"
 else  # sanitize
   for solution in multilabel_margin/fast_cuda multilabel_margin/warp_cuda smooth_l1/fast_cuda; do
     step "memcheck-${solution//\//-}" 120 compute-sanitizer --tool memcheck --error-exitcode 9 \

@@ -9,7 +9,9 @@ harness sweep of the same pairs has built them (`run.py --problems P --solutions
       level_<L>_problem_<N>_sample_0_kernel.py in SOLUTIONS, in one process: KernelBench's
       `load_custom_model` (pointed at the build this harness left under BUILD_DIR, in the
       environment the harness's worker built it in, so nothing is compiled again), its
-      `run_and_check_correctness` (5 trials, seed 42), then `time_execution_with_cuda_event`
+      `run_and_check_correctness` (5 trials, seed 42; the problem's `get_inputs` run with the
+      GPU as torch's default device, as the harness runs it, so inputs of GBs are drawn there),
+      then `time_execution_with_cuda_event`
       (N trials, 100 unless given: its num_perf_trials) on the new model and then the
       reference, autograd on, as `eval_kernel_against_ref` does. One JSON line per pair:
       correctness, the two means (ms, as KernelBench rounds them and unrounded), every trial.
@@ -111,9 +113,14 @@ def _one_pair(
     """eval_kernel_against_ref's steps on one pair, with KernelBench's own functions."""
     import torch
 
-    model, get_init_inputs, get_inputs = kb_eval.load_original_model_and_inputs(
+    model, get_init_inputs, drawn_on_host = kb_eval.load_original_model_and_inputs(
         problem.read_text(), {}
     )
+
+    def get_inputs() -> Any:  # drawn on the GPU, as the harness draws them (harness.inputs)
+        with torch.device(device):
+            return drawn_on_host()
+
     model_new = kb_eval.load_custom_model(solution.read_text(), {}, build)
     kb_eval.set_seed(42)
     init = [kb_eval._process_input_tensor(x, device) for x in get_init_inputs()]

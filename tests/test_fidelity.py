@@ -303,6 +303,27 @@ def test_per_call_time_includes_the_host_time_of_many_launches() -> None:
     assert medians["per_call"] > 1.5 * medians["device"], medians
 
 
+@pytest.mark.gpu
+def test_each_per_call_sample_follows_an_untimed_warm_call_after_its_inputs_are_prepared() -> None:
+    device = torch.device("cuda")
+    x = torch.randn(1024, device=device)
+    seen: list[str] = []
+
+    class Fed:  # the parts of harness.measure.feeding.Feed the timer calls
+        def prepare(self) -> None:
+            seen.append("prepare")
+
+        def warm(self) -> None:
+            seen.append("warm")
+
+        def __call__(self) -> torch.Tensor:
+            seen.append("call")
+            return x + 1
+
+    times = percall.PerCallTimer(device).run([Fed(), Fed()])
+    assert seen == ["prepare", "warm", "call"] * 2 and len(times) == 2
+
+
 @pytest.mark.alone
 @pytest.mark.gpu
 def test_the_kernelbench_timer_gives_a_mean_of_100_calls_per_side() -> None:

@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 import torch
 
-from harness.inputs import make_init_inputs, make_inputs, replicate
+from harness.inputs import drawn, make_init_inputs, make_inputs, replicate
 from harness.loading import Case
 
 CPU = torch.device("cpu")
@@ -26,6 +26,35 @@ def test_same_seed_same_inputs_other_seed_other_inputs() -> None:
 
 def test_numpy_draws_are_seeded_too() -> None:
     assert torch.equal(make_inputs(CASE, 3, CPU)[1], make_inputs(CASE, 3, CPU)[1])
+
+
+def test_inputs_are_drawn_on_the_device_the_solution_runs_on() -> None:
+    """Off the CPU, get_inputs runs with that device as torch's default, so its tensors are
+    made there (the meta device stands in for a GPU here); the CPU draws as it always did."""
+    x, labels, mask, _ = drawn(mixed_inputs, 5, torch.device("meta"))
+    assert (x.device.type, mask.device.type) == ("meta", "meta")
+    assert labels.device.type == "cpu"  # made by NumPy: drawn on the CPU, moved later
+    assert drawn(mixed_inputs, 5, CPU)[0].device.type == "cpu"
+
+
+def test_inputs_that_cannot_be_drawn_on_the_device_are_drawn_on_the_cpu_from_the_same_seed() -> (
+    None
+):
+    def through_numpy() -> list:
+        return [torch.from_numpy(torch.randn(3, 2).numpy())]  # .numpy() fails off the CPU
+
+    moved = drawn(through_numpy, 9, torch.device("meta"))[0]
+    assert moved.device.type == "cpu"
+    assert torch.equal(moved, drawn(through_numpy, 9, CPU)[0])
+
+
+@pytest.mark.gpu
+def test_inputs_are_drawn_on_the_gpu_the_same_for_the_same_seed() -> None:
+    gpu = torch.device("cuda")
+    first, again = (make_inputs(CASE, 11, gpu) for _ in range(2))
+    assert first[0].device.type == "cuda"
+    assert torch.equal(first[0], again[0]) and torch.equal(first[2], again[2])
+    assert not torch.equal(first[0], make_inputs(CASE, 12, gpu)[0])
 
 
 def test_dtypes_are_never_cast() -> None:

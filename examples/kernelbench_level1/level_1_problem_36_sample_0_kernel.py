@@ -1,10 +1,10 @@
 """KernelBench level 1 problem 36: RMS normalisation over dim 1 with its own CUDA kernel.
 
 y = x / sqrt(mean(x ** 2, dim=1) + eps). The tensor is read as (outer, C, inner): for the
-problem's (16, 64, 256, 256) input, outer = 16, C = 64, inner = 65536. Each thread owns four
+problem's (112, 64, 512, 512) input, outer = 112, C = 64, inner = 262144. Each thread owns four
 adjacent positions (o, :, i..i+3) when inner is a multiple of 4 and the tensors 16-byte aligned
 (one position otherwise), so a warp reads 512 contiguous bytes of each channel plane; it sums
-the squares over C in float, then reads its column again (from L2) to write x / rms.
+the squares over C in float, then reads its column again to write x / rms.
 """
 
 import torch

@@ -1,7 +1,7 @@
 """KernelBench level 1 problem 47: torch.sum(x, dim, keepdim=True) with its own CUDA kernels.
 
 The tensor is read as (outer, D, inner), D the summed dimension.
-- inner > 1 (the problem: 16 x 256 x 256 summed over dim 1): a block of 32 x 8 threads owns 32
+- inner > 1 (the problem: 128 x 4096 x 4095 summed over dim 1): a block of 32 x 8 threads owns 32
   adjacent columns of one outer index; its 8 rows of threads take every 8th row of D (a warp reads
   32 adjacent floats of one row), and the 8 partial sums of a column are added in shared memory.
 - inner == 1 (the last dimension): one block per row, float4 loads when aligned, warp-shuffle

@@ -122,7 +122,7 @@ class _Named:
         prepare_call(self.fn)
 
     def warm(self) -> None:
-        _warm(self.fn)
+        warm_call(self.fn)
 
 
 def prepare_call(call: Call) -> None:
@@ -131,7 +131,7 @@ def prepare_call(call: Call) -> None:
         prepare()
 
 
-def _warm(call: Call) -> None:
+def warm_call(call: Call) -> None:
     """An untimed call just before a call timed by the host's clock: the call's `warm` (the
     same code on other inputs, see harness.measure.feeding.Feed.warm), else the call itself."""
     warm = getattr(call, "warm", None)
@@ -207,7 +207,7 @@ class CudaTimer:
     (`_waited`): its kernels plus its synchronisation, what a loop of such calls costs. In a
     loop, each call finds the host's caches warm with the code of the one before; amid the
     harness's own work (new inputs, the other side's call) the same call took 1.5x as long on
-    the H200. So an untimed call (`_warm`, on other inputs) comes just before it, after the
+    the H200. So an untimed call (`warm_call`, on other inputs) comes just before it, after the
     flush: back to back, as in a loop, with its own inputs still cold.
     """
 
@@ -242,7 +242,7 @@ class CudaTimer:
             self.flush()
             if self.synchronizing[name]:
                 torch.cuda.synchronize(self.device)  # the flush done before the warm call
-                _warm(call)
+                warm_call(call)
                 waited = self._waited(call)
                 timed.append(waited)
                 host.append((name, waited))
