@@ -73,4 +73,5 @@ Shared by all three, importing no wing:
     status     the verdicts and what each means
     rules      every rejection rule and row flag, declared once (the docs' tables come from it)
     errors     the one-line errors that reach the user, and the worker's verdicts
+    parts      where a worker's seconds go: named parts of judging, each second counted once
 """

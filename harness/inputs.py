@@ -13,6 +13,7 @@ import numpy as np
 import torch
 
 from harness.loading import Case
+from harness.parts import part
 from harness.settings import Checking
 
 
@@ -65,10 +66,11 @@ class Seeds:
 
 def make_inputs(case: Case, seed: int, device: torch.device) -> list[Any]:
     """The case's inputs drawn under `seed` on `device` (`drawn`), without changing any dtype."""
-    values = drawn(case.get_inputs, seed, device)
-    if not isinstance(values, (list, tuple)):
-        raise TypeError(f"get_inputs() must return a list, not {type(values).__name__}")
-    return [replicate(v, device) for v in values]
+    with part("inputs"):
+        values = drawn(case.get_inputs, seed, device)
+        if not isinstance(values, (list, tuple)):
+            raise TypeError(f"get_inputs() must return a list, not {type(values).__name__}")
+        return [replicate(v, device) for v in values]
 
 
 def drawn(get_inputs: Callable[[], Any], seed: int, device: torch.device) -> Any:

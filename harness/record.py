@@ -200,6 +200,8 @@ class RunRecord:
     reference_hash: str | None = field(default=None, metadata=OMIT_NONE)
     # seconds in each step of the worker (isolate)
     phase_s: dict[str, float] | None = field(default=None, metadata=OMIT_NONE)
+    # ... and in each part of those steps (harness.parts)
+    parts_s: dict[str, float] | None = field(default=None, metadata=OMIT_NONE)
 
 
 def append(folder: Path, record: RunRecord) -> None:

@@ -50,7 +50,9 @@ EXPECTED = {
     ),
     "expected_from_frames": ("incorrect", None, "benchmark 'default', timed call"),
     # ... behaving differently when timed ...
-    "wrong_when_timed": ("incorrect", None, "benchmark 'default', timed call"),
+    # (only a random spot check inside the timing loop sees it, the last forced checks run
+    # outside; with 20 samples a benchmark misses it about 7% of the time: the next one's catches)
+    "wrong_when_timed": ("incorrect", None, "', timed call"),
     "wrong_after_the_checks": ("incorrect", None, "timed call"),
     "right_only_when_checked": ("incorrect", None, "benchmark 'default', timed call"),
     "precomputes_timed_calls": ("incorrect", None, "benchmark 'default', timed call"),

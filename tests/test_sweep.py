@@ -3,6 +3,7 @@ layout; and a sweep killed midway, then run again with --resume, ends as one tha
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import shutil
@@ -141,6 +142,20 @@ def test_the_sweep_summary_counts_earlier_records_but_rates_this_run_alone() -> 
     assert (
         "this run: 3 solution(s) judged in 360 s wall, 20 problems/hour, 30 solutions/hour" in text
     )
+
+
+def test_the_sweep_summary_says_where_the_workers_time_went_by_phase_and_part() -> None:
+    spent = {"phase_s": {"load": 1.0, "check": 6.0, "time": 4.0}}
+    first = dataclasses.replace(
+        record("a", "fast", [], run_id="r"), **spent, parts_s={"inputs": 2.0, "timing": 3.0}
+    )
+    second = dataclasses.replace(
+        record("b", "fast", [], run_id="r"), **spent, parts_s={"inputs": 1.0, "compare": 4.0}
+    )
+    text = sweep_summary([first, second], "r", seconds=30.0)
+    assert "workers' time: load 2.0 s, check 12.0 s, time 8.0 s; of check and time: " in text
+    # 20 s of check and time, 13 s of them in parts, the largest first
+    assert "compare 4.0 s, inputs 3.0 s, timing 3.0 s, elsewhere 10.0 s" in text
 
 
 def test_a_sweep_run_with_check_only_says_none_timed_not_none_correct() -> None:

@@ -61,6 +61,7 @@ from harness.measure.checking import (
     check_once,
     guard,
 )
+from harness.parts import part
 from harness.record import BenchRow
 from harness.settings import Settings
 
@@ -129,7 +130,8 @@ def _pass_rows(
     seed, inputs, output = drawn
     timer, floor = timed
     tolerance_ = settings.checking.tolerance
-    verdict = gradients.check(problem, bench, models, inputs, device, tolerance_, seed)
+    with part("gradients"):
+        verdict = gradients.check(problem, bench, models, inputs, device, tolerance_, seed)
     if verdict:
         raise Verdict(status.INCORRECT, f"benchmark {bench.name!r}: {verdict}")
     params = gradients.comparable_params(*models)
@@ -276,7 +278,7 @@ def _sample(
     as_kernelbench = on_gpu and settings.checking.profile == kernelbench.PROFILE
     # KernelBench's eval times with autograd on (its checks run under no_grad): so does the
     # profile, which costs a model with parameters some host time recording the graph.
-    with contextlib.nullcontext() if as_kernelbench else torch.no_grad():
+    with part("timing"), contextlib.nullcontext() if as_kernelbench else torch.no_grad():
         if as_kernelbench:
             trials = settings.checking.kernelbench_trials
             sample = functools.partial(kernelbench.sample, trials=trials)
@@ -304,12 +306,30 @@ def _sample(
     row["state"] = probe.summary() if probe else None
     solution = calls.get("solution")
     if checker is not None and isinstance(solution, feeding.Feed):
-        if on_gpu:
-            row.update(percall.measure(calls, device, settings, row["speedup"]["value"]))
-        row["spot_checks"] = _final_checks(solution, checker)
-        host = row["solution"].get("host_us")
-        row["wall_us"] = check_seen(solution, row["solution"]["median_us"], host, device)
+        row.update(_fed_extras(calls, solution, checker, device, settings, on_gpu, row))
     return row
+
+
+def _fed_extras(
+    calls: dict[str, Any],
+    solution: feeding.Feed,
+    checker: feeding.SpotChecker,
+    device: torch.device,
+    settings: Settings,
+    on_gpu: bool,
+    row: dict[str, Any],
+) -> dict[str, Any]:
+    """What a row of fed calls gets after its timing: the per-call times (on a GPU), the last
+    spot checks, and the wall-clock cross-check for unseen work."""
+    extras: dict[str, Any] = {}
+    if on_gpu:
+        with part("per_call"):
+            extras.update(percall.measure(calls, device, settings, row["speedup"]["value"]))
+    with part("spot_check"):
+        extras["spot_checks"] = _final_checks(solution, checker)
+    host = row["solution"].get("host_us")
+    extras["wall_us"] = check_seen(solution, row["solution"]["median_us"], host, device)
+    return extras
 
 
 def _method(sampled: timing.Sampled) -> str:

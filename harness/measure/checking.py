@@ -39,6 +39,7 @@ from harness.inputs import (
 from harness.loading import Case, Problem
 from harness.matching import mismatch, tolerance
 from harness.measure import anticheat, gradients, kernelbench, modes
+from harness.parts import part
 from harness.settings import Checking
 
 __all__ = ["Counted", "Verdict", "build_models", "check_cases", "check_once"]
@@ -78,9 +79,10 @@ def check_cases(
             )
             verdict = check_once(problem, case, models, inputs, device, checking, trial_seed)
             if not verdict and problem.backward and not case.invalid:
-                verdict = gradients.check(
-                    problem, case, models, inputs, device, checking.tolerance, trial_seed
-                )
+                with part("gradients"):
+                    verdict = gradients.check(
+                        problem, case, models, inputs, device, checking.tolerance, trial_seed
+                    )
             if verdict:
                 raise Verdict(status.INCORRECT, f"case {case.name!r}, seed {trial_seed}: {verdict}")
             checks += 1
@@ -101,16 +103,17 @@ def build_models(
         model = guard(failure, f"{label}(*init_inputs)", cls, *args)
         return model.to(device)
 
-    reference = build(problem.model, status.PROBLEM_ERROR, "Model")
-    solution = build(model_new, status.LOAD_ERROR, "ModelNew")
-    solution.train(getattr(reference, "training", False))
-    wanted = solution.state_dict()
-    shared = {
-        key: value
-        for key, value in reference.state_dict().items()
-        if key in wanted and wanted[key].shape == value.shape
-    }
-    solution.load_state_dict(shared, strict=False)
+    with part("models"):
+        reference = build(problem.model, status.PROBLEM_ERROR, "Model")
+        solution = build(model_new, status.LOAD_ERROR, "ModelNew")
+        solution.train(getattr(reference, "training", False))
+        wanted = solution.state_dict()
+        shared = {
+            key: value
+            for key, value in reference.state_dict().items()
+            if key in wanted and wanted[key].shape == value.shape
+        }
+        solution.load_state_dict(shared, strict=False)
     return reference, solution
 
 
@@ -126,6 +129,19 @@ def check_once(
     """None when the solution matches the reference on `inputs`, else the mismatch; a broken
     rule of harness.anticheat raises a Verdict (see the module doc for the order of calls).
     `seed` seeds torch's generators before each call."""
+    with part("guards"):  # what the parts inside leave: fingerprints, copies, the rules
+        return _check_once(problem, case, models, inputs, device, checking, seed)
+
+
+def _check_once(
+    problem: Problem,
+    case: Case,
+    models: tuple[Any, Any],
+    inputs: list[Any],
+    device: torch.device,
+    checking: Checking,
+    seed: int,
+) -> str | None:
     reference, solution = models
     label = f"case {case.name!r}"
     if case.invalid:
@@ -137,7 +153,10 @@ def check_once(
         anticheat.require_unchanged(inputs, drawn, "the harness's copy of the inputs", label)
         given = replicate_all(inputs, device)
         seed_everything(seed)
-        expected = guard(status.PROBLEM_ERROR, f"{label}: Model", call, reference, given, device)
+        with part("reference"):
+            expected = guard(
+                status.PROBLEM_ERROR, f"{label}: Model", call, reference, given, device
+            )
         sizes += anticheat.output_sizes(expected)
         held = [inputs, given, expected, first.output]
         before = anticheat.fingerprint(held)
@@ -146,10 +165,12 @@ def check_once(
     for made in (first, second):
         anticheat.check_call(made, inputs, given, label)
     differs = criterion(problem, case, checking, reference, inputs, device)
-    report = differs(expected, first.output)
+    with part("compare"):
+        report = differs(expected, first.output)
     if report:
         return report + anticheat.poison_note(first.output) + modes.training_note(reference)
-    report = differs(expected, second.output)
+    with part("compare"):
+        report = differs(expected, second.output)
     if report:
         raise anticheat.reject(
             "nondeterministic",
@@ -191,10 +212,13 @@ def solution_call(
 ) -> anticheat.Call:
     """The solution on its own copy of `inputs`, with freed memory poisoned first and torch's
     generators seeded with `seed`."""
-    own = replicate_all(inputs, device)
-    anticheat.poison(device, sizes)
-    seed_everything(seed)
-    return guard(status.RUNTIME_ERROR, label, anticheat.watched_call, solution, own, device, label)
+    with part("solution"):
+        own = replicate_all(inputs, device)
+        anticheat.poison(device, sizes)
+        seed_everything(seed)
+        return guard(
+            status.RUNTIME_ERROR, label, anticheat.watched_call, solution, own, device, label
+        )
 
 
 def check_refused(solution: Any, inputs: list[Any], device: torch.device, label: str) -> str | None:

@@ -35,6 +35,7 @@ from harness import status
 from harness.errors import Verdict
 from harness.inputs import replicate, replicate_all
 from harness.measure import anticheat
+from harness.parts import part
 
 # (output, pristine inputs, label) -> raises on a mismatch
 Check = Callable[[Any, list[Any], str], None]
@@ -97,6 +98,10 @@ class SpotChecker:
             self.forced -= 1
         elif self.checked >= self.MAX_CHECKS or self.rng.random() >= chance:
             return
+        with part("spot_check"):
+            self._check(ran)
+
+    def _check(self, ran: Ran) -> None:
         if self.device.type == "cuda":
             torch.cuda.synchronize(self.device)
         label = f"{self.label}, timed call {self.calls}"

@@ -33,7 +33,7 @@ import signal
 import sys
 import traceback
 from collections.abc import Callable
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -48,6 +48,7 @@ from harness.measure.benchmarking import compile_baseline, time_benchmarks
 from harness.measure.builds import BuildWatcher, NoCudaToolchain
 from harness.measure.checking import check_cases, describe_error
 from harness.measure.judged import Judged, failure, harness_failure
+from harness.parts import PARTS, part
 from harness.record import Build, Ceiling
 from harness.settings import KERNELBENCH, Settings
 from harness.toolchain import find_cuda_home, use_build_cache
@@ -129,8 +130,12 @@ def main(job: Job, conn: Any, gate: Any = None) -> None:
     print(f"job: {asdict(job)}", flush=True)
     if STARTED_AHEAD:
         print("worker: started ahead of its job, as a spare", flush=True)
+    PARTS.taken()  # a spare worker's warm-up is not the job's
     judged = build_only(job, send) if job.task == "build" else run(job, send)
+    judged = replace(judged, parts_s=PARTS.taken() or None)
     print(f"result: {judged.status}: {judged.detail}", flush=True)
+    if judged.parts_s:
+        print(f"parts (s): {judged.parts_s}", flush=True)
     send("result", judged=judged)
     conn.close()
 
@@ -180,7 +185,8 @@ def run(job: Job, send: Send) -> Judged:
             snapshot.verify("during the timing")
             path, built = Path(job.solution), bool(watcher.builds)
             seeds = Seeds.of(job.settings.checking)
-            own = profiling.own_work(problem, model_new, device, seeds, path, built)
+            with part("profile"):
+                own = profiling.own_work(problem, model_new, device, seeds, path, built)
             result.update(own_share=own.shares.own, reference_share=own.shares.reference)
             result["warnings"] = tuple(own.warnings)
             if own.rejection is not None:
@@ -210,7 +216,9 @@ def reference_task(job: Job, problem: Problem, device: torch.device, send: Send)
     send("phase", phase="time")
     if job.task == "ceiling":
         return Judged(status.OK, ceiling=Ceiling(**roofline.measure_copy(device)))
-    return Judged(status.OK, compile_rows=tuple(compile_baseline(problem, device, job.settings)))
+    with part("baseline"):
+        rows = tuple(compile_baseline(problem, device, job.settings))
+    return Judged(status.OK, compile_rows=rows)
 
 
 def build_only(job: Job, send: Send) -> Judged:

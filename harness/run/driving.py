@@ -197,7 +197,29 @@ def sweep_summary(records: list[RunRecord], run_id: str, seconds: float) -> str:
         else "nothing judged"
     )
     lines.append(f"  this run: {len(now)} solution(s) judged in {seconds:.0f} s wall, {rate}")
+    split = time_split(now)
+    if split:
+        lines.append(f"  workers' time: {split}")
     return "\n".join(lines)
+
+
+def time_split(records: list[RunRecord]) -> str:
+    """Where the workers' seconds went over `records`: each phase (isolate), then each part of
+    the check and time phases (harness.parts), largest first, and what no part covers."""
+    phases: dict[str, float] = {}
+    parts: dict[str, float] = {}
+    for record in records:
+        for totals, spent in ((phases, record.phase_s), (parts, record.parts_s)):
+            for name, seconds in (spent or {}).items():
+                totals[name] = totals.get(name, 0.0) + seconds
+    if not phases:
+        return ""
+    text = ", ".join(f"{name} {s:.1f} s" for name, s in phases.items())
+    if parts:
+        rest = phases.get("check", 0.0) + phases.get("time", 0.0) - sum(parts.values())
+        ranked = [*sorted(parts.items(), key=lambda item: -item[1]), ("elsewhere", rest)]
+        text += "; of check and time: " + ", ".join(f"{n} {s:.1f} s" for n, s in ranked)
+    return text
 
 
 def show_results(session: Session, problem: str, done: list[RunRecord]) -> None:

@@ -233,6 +233,7 @@ class Session:
             reference_share=result.reference_share,
             reference_hash=self.reference_hash(source),
             phase_s=result.phase_s,
+            parts_s=result.parts_s,
         )
 
     def announce(
