@@ -13,8 +13,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterator
-from contextlib import contextmanager
-from typing import Any
+from contextlib import AbstractContextManager, contextmanager
 
 
 class Parts:
@@ -54,6 +53,6 @@ class Parts:
 PARTS = Parts()  # the process's: a worker judges one solution at a time
 
 
-def part(name: str) -> Any:
+def part(name: str) -> AbstractContextManager[None]:
     """`with part("compare"):` counts the block's seconds as `name` in the process's PARTS."""
     return PARTS.part(name)

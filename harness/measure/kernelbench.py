@@ -77,7 +77,7 @@ def mismatch(
     if actual.dtype != expected.dtype:
         return f"{where}: dtype {actual.dtype}, expected {expected.dtype} (allclose refuses it)"
     tol = tolerance(expected.dtype, override)
-    expected, actual = expected.detach(), actual.detach().to(expected.device)  # on the GPU
+    expected, actual = expected.detach(), actual.detach().to(expected.device)  # where it lives
     if torch.allclose(expected, actual, atol=tol, rtol=tol):
         return None
     bad = ~torch.isclose(actual, expected, atol=tol, rtol=tol)
