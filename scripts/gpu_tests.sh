@@ -3,7 +3,7 @@
 #   bash scripts/gpu_tests.sh [PYTEST ARGS...]
 # 1. The extensions the tests build are built first, in parallel, with the harness's own build
 #    pool (run.py --build-only, into run.py's build cache, which the tests share): every shipped
-#    solution, and the toy problem's CUDA and C++ fixtures.
+#    solution and every fixture a GPU test builds.
 # 2. The GPU tests that neither time nor take the whole device run JOBS at a time
 #    (pytest-xdist; tests sharing a module fixture stay in one worker).
 # 3. The tests marked `alone` (they time, or fill the device) run one at a time, with nothing
@@ -12,7 +12,7 @@
 set -uo pipefail
 cd "$(dirname "$0")/.."
 python=${PYTHON:-python3}
-jobs=${JOBS:-8}
+jobs=${JOBS:-10}
 cores=$(nproc)
 out=$(mktemp -d)
 
@@ -20,9 +20,15 @@ toy_builds=()
 for file in tests/fixtures/toy_solutions/*.py tests/fixtures/cheats/*.py; do
   grep -q "cpp_extension" "$file" && toy_builds+=(--solution "$file")
 done
-$python run.py --all --build-only --build-jobs $((cores * 3 / 4)) &
+# Four build runs side by side, sharing the cores about in proportion to their builds (19
+# shipped, 8 toy, and one each for the two fixtures that have problems of their own).
+$python run.py --all --build-only --build-jobs $((cores * 5 / 8 > 0 ? cores * 5 / 8 : 1)) &
 $python run.py --problem tests/fixtures/toy "${toy_builds[@]}" --build-only \
   --build-jobs $((cores / 4 > 0 ? cores / 4 : 1)) &
+$python run.py --problem tests/fixtures/toy_level \
+  --solution tests/fixtures/cheats_mean/first_quarter_cuda.py --build-only &
+$python run.py --problem tests/fixtures/long_matvec \
+  --solution tests/fixtures/long_matvec_solutions/cuda_rows.py --build-only &
 wait  # a build that fails here (the compile-error fixture) is the tests' to judge
 echo "gpu tests: builds done at ${SECONDS} s"
 

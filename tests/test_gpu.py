@@ -1,11 +1,12 @@
 """On a GPU only: CUDA solutions build for the device, run, and fail safely."""
 
 from collections.abc import Iterator
+from typing import Any
 
 import pytest
 
 import run
-from tests.conftest import FIXTURES, TOY, CliRun, toy_solution
+from tests.conftest import BUILDS, FIXTURES, REPO, TOY, CliRun, toy_solution
 from tests.test_cheats import (
     EXPECTED,
     MEAN,
@@ -63,9 +64,15 @@ def test_illegal_memory_access_is_a_row_not_a_dead_run(cli) -> None:
     assert cli.record("cuda_kernel")["status"] == "ok"  # the next solution still ran
 
 
-def test_every_shipped_solution_is_correct_on_the_gpu(cli) -> None:
-    assert cli("--all", "--max-samples", "20", "--budget-ms", "200") == run.EXIT_OK
-    statuses = {(r["problem"], r["solution"]): r["status"] for r in cli.records()}
+# A run.py run per problem, so that scripts/gpu_tests.sh runs them side by side.
+SHIPPED = sorted(p.name for p in (REPO / "solutions").iterdir() if p.is_dir())
+
+
+@pytest.mark.parametrize("problem", SHIPPED)
+def test_every_shipped_solution_is_correct_on_the_gpu(cli, problem: str) -> None:
+    assert cli("--problem", problem, "--max-samples", "20", "--budget-ms", "200") == run.EXIT_OK
+    statuses = {r["solution"]: r["status"] for r in cli.records()}
+    assert len(statuses) == len(list((REPO / "solutions" / problem).glob("*.py")))
     assert set(statuses.values()) == {"ok"}, statuses
 
 
@@ -82,32 +89,52 @@ GPU_EXPECTED = {
 }
 
 
+GPU_CHEATS = [*GPU_EXPECTED, "replay_by_pointer"]
+CHEAT_RUNS = 4  # run.py judges one solution at a time: four runs of a quarter each, side by side
+
+
+def cheat_run(name: str) -> Any:
+    """`name` with the index of the run that judges it, in that run's xdist group."""
+    index = GPU_CHEATS.index(name) % CHEAT_RUNS
+    return pytest.param(index, name, marks=pytest.mark.xdist_group(f"gpu_cheats_{index}"), id=name)
+
+
 @pytest.fixture(scope="module")
-def gpu_cheats(module_cli: CliRun) -> Iterator[CliRun]:
+def gpu_cheats(request: pytest.FixtureRequest, tmp_path_factory) -> Iterator[CliRun]:
+    """One run.py run of the cheats whose run index is `request.param`."""
+    names = [name for name in GPU_CHEATS if cheat_run(name).values[0] == request.param]
     try:
-        yield run_cheats(module_cli, [*GPU_EXPECTED, "replay_by_pointer"])
+        yield run_cheats(CliRun(tmp_path_factory.mktemp("cheats"), BUILDS), names)
     finally:
         for path in PLANTED:
             path.unlink(missing_ok=True)
 
 
-@pytest.mark.xdist_group("gpu_cheats")
-@pytest.mark.parametrize("name", list(GPU_EXPECTED))
+def judged_by_its_run(*names: str) -> pytest.MarkDecorator:
+    """Parametrize a test by `names`, each judged in its run (a module-scoped fixture per run:
+    one run.py run per xdist worker); in order of run, so that a serial pytest runs each once."""
+    params = sorted((cheat_run(name) for name in names), key=lambda param: param.values[0])
+    return pytest.mark.parametrize(
+        ("gpu_cheats", "name"), params, indirect=["gpu_cheats"], scope="module"
+    )
+
+
+@judged_by_its_run(*GPU_EXPECTED)
 def test_each_cheat_gets_its_verdict_on_the_gpu(gpu_cheats: CliRun, name: str) -> None:
     record = gpu_cheats.record(name)
     assert record["settings"]["device"] == "cuda:0"
     assert_verdict(record, GPU_EXPECTED[name])
 
 
-@pytest.mark.xdist_group("gpu_cheats")
-def test_replaying_by_address_is_caught_on_the_gpu(gpu_cheats: CliRun) -> None:
-    record = gpu_cheats.record("replay_by_pointer")
+@judged_by_its_run("replay_by_pointer")
+def test_replaying_by_address_is_caught_on_the_gpu(gpu_cheats: CliRun, name: str) -> None:
+    record = gpu_cheats.record(name)
     assert (record["status"], record.get("reason")) in POINTER_VERDICTS, record["detail"]
 
 
-@pytest.mark.xdist_group("gpu_cheats")
-def test_the_modules_a_solution_planted_are_gone_on_the_gpu(gpu_cheats: CliRun) -> None:
-    gpu_cheats.record("plants_modules")
+@judged_by_its_run("plants_modules")
+def test_the_modules_a_solution_planted_are_gone_on_the_gpu(gpu_cheats: CliRun, name: str) -> None:
+    gpu_cheats.record(name)
     for path in PLANTED:
         assert not path.exists(), path
 
@@ -208,15 +235,12 @@ print("exit", code, "active", active)
 """
 
 
-@pytest.mark.alone
 def test_the_parent_makes_no_cuda_context_during_a_run(tmp_path) -> None:
     """The audit, the ceiling, the baseline and the judging all run in workers: the process
     of run.py never holds a context on any GPU (the driver's primary context state, read after
     a whole run with a CUDA solution, the ceiling measured and --compile)."""
     import subprocess
     import sys
-
-    from tests.conftest import REPO
 
     args = ["--problem", str(TOY), "--solution", toy_solution("cuda_kernel"), "--compile"]
     args += ["--max-samples", "5", "--results-dir", str(tmp_path), "--log-dir", str(tmp_path)]
