@@ -1,11 +1,11 @@
 #!/usr/bin/env bash
 # Every test that needs a GPU, in one command (docs/development.md), on a GPU machine:
 #   bash scripts/gpu_tests.sh [PYTEST ARGS...]
-# 1. The extensions the tests build are built first, in parallel, with the harness's own build
-#    pool (run.py --build-only, into run.py's build cache, which the tests share): every shipped
+# 1. The extensions the tests build are built in parallel, with the harness's own build pool
+#    (run.py --build-only, into run.py's build cache, which the tests share): every shipped
 #    solution and every fixture a GPU test builds.
-# 2. The GPU tests that neither time nor take the whole device run JOBS at a time
-#    (pytest-xdist; tests sharing a module fixture stay in one worker).
+# 2. At the same time, the GPU tests that neither time nor take the whole device run JOBS at a
+#    time (pytest-xdist; tests sharing a module fixture stay in one worker).
 # 3. The tests marked `alone` (they time, or fill the device) run one at a time, with nothing
 #    beside them.
 # The last line counts the tests that ran, passed, failed and were skipped, over both parts.
@@ -20,17 +20,22 @@ toy_builds=()
 for file in tests/fixtures/toy_solutions/*.py tests/fixtures/cheats/*.py; do
   grep -q "cpp_extension" "$file" && toy_builds+=(--solution "$file")
 done
-# Four build runs side by side, sharing the cores about in proportion to their builds (19
-# shipped, 8 toy, and one each for the two fixtures that have problems of their own).
-$python run.py --all --build-only --build-jobs $((cores * 5 / 8 > 0 ? cores * 5 / 8 : 1)) &
-$python run.py --problem tests/fixtures/toy "${toy_builds[@]}" --build-only \
-  --build-jobs $((cores / 4 > 0 ? cores / 4 : 1)) &
-$python run.py --problem tests/fixtures/toy_level \
-  --solution tests/fixtures/cheats_mean/first_quarter_cuda.py --build-only &
-$python run.py --problem tests/fixtures/long_matvec \
-  --solution tests/fixtures/long_matvec_solutions/cuda_rows.py --build-only &
-wait  # a build that fails here (the compile-error fixture) is the tests' to judge
-echo "gpu tests: builds done at ${SECONDS} s"
+build_all() {  # four build runs side by side, sharing the cores about as their builds number
+  # (19 shipped, 8 toy, and one each for the two fixtures with problems of their own)
+  $python run.py --all --build-only --build-jobs $((cores * 5 / 8 > 0 ? cores * 5 / 8 : 1)) &
+  $python run.py --problem tests/fixtures/toy "${toy_builds[@]}" --build-only \
+    --build-jobs $((cores / 4 > 0 ? cores / 4 : 1)) &
+  $python run.py --problem tests/fixtures/toy_level \
+    --solution tests/fixtures/cheats_mean/first_quarter_cuda.py --build-only &
+  $python run.py --problem tests/fixtures/long_matvec \
+    --solution tests/fixtures/long_matvec_solutions/cuda_rows.py --build-only &
+  wait  # a build that fails here (the compile-error fixture) is the tests' to judge
+  echo "gpu tests: builds done at ${SECONDS} s"
+}
+# Part 2 starts with the builds: a test that needs an extension not yet built waits for it
+# (torch's builder holds a lock in the extension's folder) or builds it itself.
+build_all >"$out/builds.txt" 2>&1 &
+builder=$!
 
 if $python -c "import xdist" 2>/dev/null; then
   parallel=(-n "$jobs" --dist loadgroup)
@@ -41,6 +46,8 @@ fi
 $python -m pytest -m "gpu and not alone" "${parallel[@]}" -q -rs --junitxml "$out/part2.xml" "$@"
 part2=$?
 echo "gpu tests: part 2 (in parallel) done at ${SECONDS} s"
+wait "$builder"  # nothing may build beside part 3
+grep -E "error|gpu tests:" "$out/builds.txt"
 $python -m pytest -m "gpu and alone" -q -rs --junitxml "$out/part3.xml" "$@"
 part3=$?
 $python - "$out/part2.xml" "$out/part3.xml" "$SECONDS" <<'PY'

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 import pytest
@@ -22,12 +23,18 @@ BUILDS = Places().build_dir
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    if torch.cuda.is_available():
-        return
-    skip = pytest.mark.skip(reason="needs a CUDA device")
+    """Without a GPU the GPU tests are skipped; with pytest-xdist's workers side by side, the
+    tests marked `alone` are (scripts/gpu_tests.sh runs them one at a time, after the rest)."""
+    skips = {}
+    if not torch.cuda.is_available():
+        skips["gpu"] = pytest.mark.skip(reason="needs a CUDA device")
+    if int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1")) > 1:
+        reason = "must run with nothing beside it: bash scripts/gpu_tests.sh runs it alone"
+        skips["alone"] = pytest.mark.skip(reason=reason)
     for item in items:
-        if "gpu" in item.keywords:
-            item.add_marker(skip)
+        for keyword, skip in skips.items():
+            if keyword in item.keywords:
+                item.add_marker(skip)
 
 
 def toy_solution(name: str) -> str:

@@ -6,7 +6,7 @@ y = x * scale + 1. The GPU-only fixtures, and the GPU's own verdicts, are in tes
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+import shutil
 from dataclasses import replace
 from pathlib import Path
 
@@ -18,7 +18,7 @@ from harness.errors import Verdict
 from harness.loading import import_file, load_problem
 from harness.measure.checking import check_cases
 from harness.settings import Checking
-from tests.conftest import FIXTURES, REPO, TOY, CliRun
+from tests.conftest import BUILDS, FIXTURES, REPO, TOY, CliRun
 
 CHEATS = FIXTURES / "cheats"
 
@@ -58,8 +58,7 @@ EXPECTED = {
     "precomputes_timed_calls": ("incorrect", None, "benchmark 'default', timed call"),
     # ... a decoy kernel (on a GPU: rejected, see test_gpu) ...
     "decoy_kernel": ("no_gpu", None, "not compiled: no CUDA device here"),
-    # ... shadowing modules, and names hidden from the static scan.
-    "plants_modules": ("rejected", "planted_module", "torch.py"),
+    # ... and names hidden from the static scan (shadowing modules: PLANTING, below).
     "hides_names": ("rejected", "timer_replaced", "time.perf_counter was replaced"),
 }
 # Replaying by address is caught by whichever check first sees an address come back: the
@@ -83,7 +82,7 @@ GPU_ONLY = ("side_stream", "side_stream_when_timed", "fig_leaf", "token_pasting"
 
 def test_every_fixture_has_an_expected_verdict() -> None:
     names = {path.stem for path in CHEATS.glob("*.py")}
-    assert names == {*EXPECTED, "replay_by_pointer", *FLAGGED, *GPU_ONLY}
+    assert names == {*EXPECTED, "replay_by_pointer", "plants_modules", *FLAGGED, *GPU_ONLY}
 
 
 def run_cheats(cli: CliRun, names: list[str], *flags: str) -> CliRun:
@@ -100,17 +99,30 @@ def assert_verdict(record: dict, wanted: tuple[str, str | None, str]) -> None:
     assert record["benchmarks"] == []  # no timings for a failed solution
 
 
-# Where plants_modules writes its modules; the run must have removed them.
-PLANTED = (Path.cwd() / "torch.py", CHEATS / "numpy.py")
+# plants_modules writes a torch.py into the working folder and a numpy.py beside itself, where
+# every later process would import them. It runs from a copy in a folder of its own, that folder
+# its working folder, so that no run beside it (pytest-xdist, scripts/gpu_tests.sh) imports its
+# modules or sees them appear; the run must reject it and remove both.
+PLANTING = ("rejected", "planted_module", "torch.py")
+
+
+def run_planting_cheat(root: Path, monkeypatch: pytest.MonkeyPatch, *flags: str) -> dict:
+    """plants_modules through run.py from its own folder under `root`; its record, once the
+    test has checked that the modules it planted are gone."""
+    folder = root / "planting"
+    folder.mkdir()
+    solution = Path(shutil.copy(CHEATS / "plants_modules.py", folder))
+    monkeypatch.chdir(folder)
+    cli = CliRun(root, BUILDS)
+    cli("--problem", str(TOY), "--solution", str(solution), "--max-samples", "20", *flags)
+    for planted in (folder / "torch.py", folder / "numpy.py"):
+        assert not planted.exists(), planted
+    return cli.record("plants_modules")
 
 
 @pytest.fixture(scope="module")
-def cheats_run(module_cli: CliRun) -> Iterator[CliRun]:
-    try:
-        yield run_cheats(module_cli, [*EXPECTED, "replay_by_pointer", *FLAGGED], "--device", "cpu")
-    finally:
-        for path in PLANTED:  # should the removal ever fail, leave no shadow behind
-            path.unlink(missing_ok=True)
+def cheats_run(module_cli: CliRun) -> CliRun:
+    return run_cheats(module_cli, [*EXPECTED, "replay_by_pointer", *FLAGGED], "--device", "cpu")
 
 
 @pytest.mark.parametrize("name", list(EXPECTED))
@@ -172,10 +184,10 @@ def test_the_shipped_solutions_raise_no_source_warnings() -> None:
         assert scan(path) == [], path
 
 
-def test_the_modules_a_solution_planted_are_gone(cheats_run: CliRun) -> None:
-    cheats_run.record("plants_modules")
-    for path in PLANTED:
-        assert not path.exists(), path
+def test_modules_a_solution_plants_are_rejected_and_removed(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    assert_verdict(run_planting_cheat(tmp_path, monkeypatch, "--device", "cpu"), PLANTING)
 
 
 MEAN = FIXTURES / "toy_mean"
