@@ -94,23 +94,28 @@ GPU_CHEATS = [*GPU_EXPECTED, "replay_by_pointer"]
 CHEAT_RUNS = 6  # run.py judges one solution at a time: six runs of a sixth each, side by side
 
 
+def run_index(name: str) -> int:
+    """Which of the CHEAT_RUNS runs judges the cheat `name`."""
+    return GPU_CHEATS.index(name) % CHEAT_RUNS
+
+
 def cheat_run(name: str) -> Any:
     """`name` with the index of the run that judges it, in that run's xdist group."""
-    index = GPU_CHEATS.index(name) % CHEAT_RUNS
+    index = run_index(name)
     return pytest.param(index, name, marks=pytest.mark.xdist_group(f"gpu_cheats_{index}"), id=name)
 
 
 @pytest.fixture(scope="module")
 def gpu_cheats(request: pytest.FixtureRequest, tmp_path_factory) -> CliRun:
     """One run.py run of the cheats whose run index is `request.param`."""
-    names = [name for name in GPU_CHEATS if cheat_run(name).values[0] == request.param]
+    names = [name for name in GPU_CHEATS if run_index(name) == request.param]
     return run_cheats(CliRun(tmp_path_factory.mktemp("cheats"), BUILDS), names)
 
 
 def judged_by_its_run(*names: str) -> pytest.MarkDecorator:
     """Parametrize a test by `names`, each judged in its run (a module-scoped fixture per run:
     one run.py run per xdist worker); in order of run, so that a serial pytest runs each once."""
-    params = sorted((cheat_run(name) for name in names), key=lambda param: param.values[0])
+    params = [cheat_run(name) for name in sorted(names, key=run_index)]
     return pytest.mark.parametrize(
         ("gpu_cheats", "name"), params, indirect=["gpu_cheats"], scope="module"
     )

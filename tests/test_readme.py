@@ -23,8 +23,8 @@ def test_install_run_and_test_commands_are_the_ones_ci_runs() -> None:
     assert "python run.py --problem multilabel_margin" in README
     ci = (REPO / ".ci" / "run").read_text()
     assert "pip install -r requirements.txt" in ci
-    tests = [line.split("#")[0].strip() for line in README.splitlines()]
-    command = next(line for line in tests if line.startswith("python -m pytest"))
+    commands = [line.split("#")[0].strip() for line in README.splitlines()]
+    command = next(line for line in commands if line.startswith("python -m pytest"))
     assert command in ci.splitlines(), f"CI does not run the README's test command: {command}"
 
 
