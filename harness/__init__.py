@@ -26,6 +26,7 @@ measure/   the worker process, one per solution: builds, checks and times it
     judged     what a worker's job ended with, as the parent reads it (one type, every job)
     spare      a worker started before its job, warm when the job comes
     builds     watch the extension builds a solution makes
+    pch        PyTorch's extension header, precompiled once for every build
     sourcemap  point a compiler error in load_inline's generated files at the solution's .py
     checking   build Model and ModelNew alike and check every case
     audit      reject problems that a zero, constant or memorised answer would pass

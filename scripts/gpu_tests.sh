@@ -18,10 +18,11 @@ out=$(mktemp -d)
 
 toy_builds=()
 for file in tests/fixtures/toy_solutions/*.py tests/fixtures/cheats/*.py; do
+  case $file in *cuda_synchronizes.py) continue ;; esac  # judged on toy_sync, built there
   grep -q "cpp_extension" "$file" && toy_builds+=(--solution "$file")
 done
 build_all() {  # four build runs side by side, sharing the cores about as their builds number
-  # (19 shipped, 8 toy, and one each for the two fixtures with problems of their own)
+  # (19 shipped, 8 toy, and one each for the three fixtures with problems of their own)
   $python run.py --all --build-only --build-jobs $((cores * 5 / 8 > 0 ? cores * 5 / 8 : 1)) &
   $python run.py --problem tests/fixtures/toy "${toy_builds[@]}" --build-only \
     --build-jobs $((cores / 4 > 0 ? cores / 4 : 1)) &
@@ -29,6 +30,8 @@ build_all() {  # four build runs side by side, sharing the cores about as their 
     --solution tests/fixtures/cheats_mean/first_quarter_cuda.py --build-only &
   $python run.py --problem tests/fixtures/long_matvec \
     --solution tests/fixtures/long_matvec_solutions/cuda_rows.py --build-only &
+  $python run.py --problem tests/fixtures/toy_sync \
+    --solution tests/fixtures/toy_solutions/cuda_synchronizes.py --build-only &
   wait  # a build that fails here (the compile-error fixture) is the tests' to judge
   echo "gpu tests: builds done at ${SECONDS} s"
 }

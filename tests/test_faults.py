@@ -260,28 +260,6 @@ def test_a_cpu_runs_logs_hold_no_profiler_noise_and_no_traceback_for_a_verdict(
             assert "Traceback" not in text and "result: incorrect: " in text, solution
 
 
-@pytest.mark.alone
-@pytest.mark.gpu
-def test_running_out_of_gpu_memory_is_a_runtime_error_and_the_next_solution_runs(
-    cli: CliRun,
-) -> None:
-    # The next solution is a CUDA kernel (a plain-PyTorch one is rejected on a GPU); the build
-    # cache is run.py's default (the `cli` fixture's), so it is built once per machine.
-    solutions = [
-        "--solution",
-        fault("gpu_out_of_memory"),
-        "--solution",
-        toy_solution("cuda_kernel"),
-    ]
-    flags = ["--device", "cuda", "--max-samples", "5", "--trials", "2", "--timeout", "60"]
-    assert cli("--problem", str(TOY), *solutions, *flags) == run.EXIT_FAILED
-    record = cli.record("gpu_out_of_memory")
-    assert record["status"] == "runtime_error", record["detail"]
-    assert "OutOfMemoryError" in record["detail"] and "\n" not in record["detail"]
-    after = cli.record("cuda_kernel")
-    assert after["status"] == "ok", after["detail"]
-
-
 # 6-8. Whole runs as separate processes: interrupted, side by side, building side by side.
 
 

@@ -20,11 +20,35 @@ from tests.test_cheats import (
 pytestmark = pytest.mark.gpu
 
 
+@pytest.fixture(scope="module")
+def toy_cuda_run(module_cli: CliRun) -> tuple[int, CliRun]:
+    """One run on the GPU: a solution that runs out of GPU memory, then a CUDA kernel (a
+    plain-PyTorch one is rejected on a GPU); its exit code and records."""
+    solutions = [str(FIXTURES / "faults" / "gpu_out_of_memory.py"), toy_solution("cuda_kernel")]
+    args = [a for solution in solutions for a in ("--solution", solution)]
+    return module_cli(
+        "--problem", str(TOY), *args, "--max-samples", "20", "--timeout", "60"
+    ), module_cli
+
+
 @pytest.mark.alone
-def test_cuda_solution_is_built_for_the_gpu_checked_and_timed_with_events(cli) -> None:
-    args = ["--problem", str(TOY), "--solution", toy_solution("cuda_kernel"), "--max-samples", "20"]
-    assert cli(*args) == run.EXIT_OK
-    record = cli.record("cuda_kernel")
+def test_running_out_of_gpu_memory_is_a_runtime_error_and_the_next_solution_runs(
+    toy_cuda_run: tuple[int, CliRun],
+) -> None:
+    code, cli = toy_cuda_run
+    assert code == run.EXIT_FAILED
+    record = cli.record("gpu_out_of_memory")
+    assert record["status"] == "runtime_error", record["detail"]
+    assert "OutOfMemoryError" in record["detail"] and "\n" not in record["detail"]
+    after = cli.record("cuda_kernel")
+    assert after["status"] == "ok", after["detail"]
+
+
+@pytest.mark.alone
+def test_cuda_solution_is_built_for_the_gpu_checked_and_timed_with_events(
+    toy_cuda_run: tuple[int, CliRun],
+) -> None:
+    record = toy_cuda_run[1].record("cuda_kernel")
     assert record["status"] == "ok", record["detail"]
     assert record["settings"]["arch"] == record["machine"]["capability"]
     assert record["builds"][0]["cuda"] is True
@@ -190,32 +214,25 @@ def test_ncu_counts_an_honest_kernels_bytes_and_flags_a_sub_batch(cli: CliRun) -
     assert "MOVED 2" in table and "% of the problem's minimum bytes under ncu" in table
 
 
-SYNC_MODES = ["device", "item", "cpu", "copy"]
-
-
-def synchronizing_run(cli: CliRun, mode: str, monkeypatch: pytest.MonkeyPatch) -> dict:
-    monkeypatch.setenv("TOY_SYNC", mode)  # the worker inherits it
+@pytest.mark.alone
+def test_a_solution_that_synchronizes_is_flagged_and_timed_as_it_runs_in_a_loop(cli) -> None:
+    """One run times the four ways a call can wait for the device, a benchmark shape each."""
     solution = toy_solution("cuda_synchronizes")
-    assert cli("--problem", str(TOY), "--solution", solution, "--max-samples", "200") == 0
+    args = ["--problem", str(FIXTURES / "toy_sync"), "--solution", solution]
+    assert cli(*args, "--max-samples", "200") == run.EXIT_OK
     record = cli.record("cuda_synchronizes")
     assert record["status"] == "ok", record["detail"]
-    return record
-
-
-@pytest.mark.alone
-@pytest.mark.parametrize("mode", SYNC_MODES)
-def test_a_solution_that_synchronizes_is_flagged_and_timed_as_it_runs_in_a_loop(
-    cli, mode: str, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    record = synchronizing_run(cli, mode, monkeypatch)
+    assert [b["name"] for b in record["benchmarks"]] == ["default", "device", "item", "cpu", "copy"]
     for bench in record["benchmarks"]:
-        assert bench["solution"]["synchronizes"] is True
-        assert bench["reference"]["synchronizes"] is False
-    table = next((cli.root / "results").glob("*/toy.md")).read_text()
+        assert bench["solution"]["synchronizes"] is True, bench["name"]
+        assert bench["reference"]["synchronizes"] is False, bench["name"]
+    table = next((cli.root / "results").glob("*/toy_sync.md")).read_text()
     assert "solution synchronizes with the device" in table
     # The timed figure is what a loop of such calls costs per call (within 20%).
-    figures = [(b["solution"]["median_us"], b["wall_us"]) for b in record["benchmarks"]]
-    assert all(abs(timed / wall - 1) <= 0.2 for timed, wall in figures), figures
+    figures = {
+        b["name"]: (b["solution"]["median_us"], b.get("wall_us")) for b in record["benchmarks"]
+    }
+    assert all(wall and abs(timed / wall - 1) <= 0.2 for timed, wall in figures.values()), figures
 
 
 PRIMARY_CONTEXTS = """

@@ -124,7 +124,8 @@ def test_a_gpu_slot_runs_each_next_job_in_a_spare_that_warmed_before_the_timing(
     tmp_path: Path,
 ) -> None:
     # As on a GPU (spares are off on a CPU slot): the second and third jobs get spares, and
-    # every job's time step passes the gate only once the next spare is warm.
+    # every job's time step passes the gate only once the next spare is warm; the last job,
+    # with no job after it (`more` False), starts no spare.
     places = Places(tmp_path / "results", tmp_path / "builds", tmp_path / "logs")
     rule = StopRule(warmup_ms=0, min_samples=3, max_samples=3)
     settings = Settings(
@@ -140,9 +141,11 @@ def test_a_gpu_slot_runs_each_next_job_in_a_spare_that_warmed_before_the_timing(
                 replace(job, log_path=str(tmp_path / f"{n}.log")),
                 [],
                 lambda event: seen.append(event["kind"]),
+                more=n < 2,
             )
             for n in range(3)
         ]
+        assert slot._spare is None
     finally:
         slot.close()
     assert [r.status for r in results] == ["ok"] * 3, results

@@ -21,8 +21,8 @@ from harness.errors import HarnessError
 from harness.measure.judged import Judged
 from harness.measure.worker import Job
 from harness.record import Build, Machine, read
-from harness.run import resume
-from harness.run.discovery import ProblemSource
+from harness.run import resume, scheduler
+from harness.run.discovery import ProblemSource, builds_at_import
 from harness.run.reporting import Report
 from harness.run.scheduler import Scheduler
 from harness.run.session import Session
@@ -44,8 +44,10 @@ class FakeSlot:
     ) -> None:
         self.name, self.verdicts, self.meet = name, verdicts, meet
         self.judged: list[str] = []
+        self.more: list[bool] = []  # whether each job was told another may follow
 
-    def run(self, job: Job, folders: list[Path], on_event: Any) -> Judged:
+    def run(self, job: Job, folders: list[Path], on_event: Any, more: bool = True) -> Judged:
+        self.more.append(more)
         if self.meet is not None and not self.judged:  # the first jobs of all slots at once
             self.meet.wait(timeout=20)
         on_event({"kind": "tick", "phase": "time", "building": False, "elapsed": 0.0})
@@ -107,6 +109,26 @@ def toy_work(*names: str) -> list[tuple[ProblemSource, list[Path]]]:
 NAMES = ("good", "wrong_scale", "raises", "returns_list")
 
 
+@pytest.fixture(autouse=True)
+def every_solution_builds(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The toy solutions build nothing, so a real run gives them no build job; these tests
+    give each one (the fake pool's), as for solutions that build extensions."""
+    if "plain" not in request.node.name:
+        monkeypatch.setattr(scheduler, "builds_at_import", lambda path: True)
+
+
+def test_a_plain_solution_gets_no_build_job_and_is_judged(tmp_path: Path) -> None:
+    pool = FakePool()
+    session = session_on(tmp_path)
+    Scheduler(session, pool, Report()).run(toy_work("good", "cpp_extension"))
+    assert pool.started == ["cpp_extension"]  # good.py names no extension builder
+    assert pool.judged() == ["good", "cpp_extension"]
+    nothing = Scheduler(session_on(tmp_path / "b"), FakePool(), Report()).build(toy_work("good"))
+    assert [(unit.solution.name, built.detail) for unit, built in nothing] == [
+        ("good.py", "nothing to build")
+    ]
+
+
 def test_a_compile_error_stands_without_a_judge_and_order_is_kept(tmp_path: Path) -> None:
     builds = {"raises": verdict(status.COMPILE_ERROR, "main.cu:3: error: boom")}
     delays = {"good": 0.3}  # built last, judged first: in order
@@ -115,6 +137,7 @@ def test_a_compile_error_stands_without_a_judge_and_order_is_kept(tmp_path: Path
     outcome = Scheduler(session, pool, Report()).run(toy_work(*NAMES))
     assert sorted(pool.started) == sorted(NAMES)  # every build started
     assert pool.judged() == ["good", "wrong_scale", "returns_list"]  # not the compile error
+    assert pool.slots[0].more == [True, True, False]  # the last: no spare worker for a next
     records = outcome[0][1]
     assert not isinstance(records, Exception)
     assert [(r.solution, r.status) for r in records] == [
@@ -233,3 +256,20 @@ def test_a_failure_in_a_build_callback_stops_the_run_instead_of_hanging(tmp_path
     thread.join(timeout=30)
     assert not thread.is_alive(), "the run hung"
     assert raised and isinstance(raised[0], AttributeError)
+
+
+def test_a_solution_builds_at_import_if_its_source_says_so_or_it_imports_a_neighbour(
+    tmp_path: Path,
+) -> None:
+    files = {
+        "plain.py": "import torch\nclass ModelNew: ...\n",
+        "inline.py": "from torch.utils.cpp_extension import load_inline\n",
+        "near.py": "import kernels\nclass ModelNew: ...\n",
+        "kernels.py": "",
+    }
+    for name, text in files.items():
+        (tmp_path / name).write_text(text)
+    found = {
+        name: builds_at_import(tmp_path / name) for name in ("plain.py", "inline.py", "near.py")
+    }
+    assert found == {"plain.py": False, "inline.py": True, "near.py": True}

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from harness.measure import sourcemap
+from harness.measure import pch, sourcemap
 
 Notify = Callable[..., None]
 
@@ -43,8 +43,15 @@ class Build:
 class BuildWatcher:
     """Wraps torch.utils.cpp_extension.load_inline and load for the life of the process."""
 
-    def __init__(self, notify: Notify, cuda_toolchain: str | None, log: Path | None = None) -> None:
+    def __init__(
+        self,
+        notify: Notify,
+        cuda_toolchain: str | None,
+        log: Path | None = None,
+        cache: Path | None = None,
+    ) -> None:
         self.notify = notify
+        self.cache = cache  # the build cache, where precompiled headers are kept (pch.py)
         self.cuda_toolchain = cuda_toolchain  # None, or why CUDA cannot be built here
         self.log = log  # where the compiler's output goes (the worker's stdout)
         self.builds: list[Build] = []
@@ -64,6 +71,8 @@ class BuildWatcher:
 
         for name in ("load_inline", "load"):
             setattr(cpp_extension, name, self._wrap(getattr(cpp_extension, name), name))
+        if self.cache is not None:
+            pch.install(self.cache)
 
     def _wrap(self, original: Callable[..., Any], kind: str) -> Callable[..., Any]:
         signature = inspect.signature(original)

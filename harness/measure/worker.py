@@ -163,7 +163,8 @@ def run(job: Job, send: Send) -> Judged:
             return reference_task(job, problem, device, send)
         watcher = _watcher(job, device, send)
         watcher.install()
-        profiling.warm_up(device)  # before the snapshot: it rebinds some of torch's names
+        if not job.settings.checking.check_only:  # else no profile runs (2.4 s on a CPU)
+            profiling.warm_up(device)  # before the snapshot: it rebinds some of torch's names
         snapshot = integrity.Snapshot()
         started = True
         model_new = _load_solution(job, device, watcher)
@@ -251,7 +252,7 @@ def _watcher(job: Job, device: torch.device, send: Send) -> BuildWatcher:
     """The watcher of the job's builds, which skips CUDA builds where none can be compiled or
     run here (run.py's --compile-cuda asks for them anyway)."""
     skip = _cuda_unavailable() or cuda_not_asked(device, job.settings)
-    return BuildWatcher(send, skip, Path(job.log_path))
+    return BuildWatcher(send, skip, Path(job.log_path), job.settings.places.build_dir)
 
 
 def _builds(watcher: BuildWatcher) -> dict[str, Any]:

@@ -161,6 +161,33 @@ def missing_model_new(path: Path) -> str | None:
     return f"{path.name} defines no ModelNew at top level (it defines: {found})"
 
 
+BUILDER_WORDS = ("cpp_extension", "load_inline")  # how a file reaches torch's extension builder
+
+
+def builds_at_import(path: Path) -> bool:
+    """Whether importing the solution `path` may build an extension, by a static look: its
+    source names torch's extension builder, or it imports a module that lies beside it (which
+    might). A solution that needs no build gets no build job (one worker fewer); one that hides
+    its builder from this look is built by its judge instead, under the same time limit."""
+    try:
+        source = path.read_text(encoding="utf-8")
+        tree = ast.parse(source, filename=str(path))
+    except (OSError, UnicodeDecodeError, SyntaxError):
+        return True  # the build job reports it
+    if any(word in source for word in BUILDER_WORDS):
+        return True
+    imported: set[str] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            imported.update(a.name.split(".")[0] for a in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            imported.add((node.module or "").split(".")[0] if not node.level else ".")
+    beside = path.parent
+    return "." in imported or any(
+        (beside / f"{name}.py").exists() or (beside / name).is_dir() for name in imported if name
+    )
+
+
 def _top_level_names(tree: ast.Module) -> set[str]:
     names: set[str] = set()
     for node in tree.body:

@@ -75,12 +75,13 @@ class LocalSlot:
             self._described = machine.describe(torch.device(self.device), REPO)
         return self._described
 
-    def run(self, job: Job, folders: list[Path], on_event: OnEvent) -> Judged:
+    def run(self, job: Job, folders: list[Path], on_event: OnEvent, more: bool = True) -> Judged:
         """Run `job` on this slot's device; the result carries the machine and its load as the
-        job began (`machine`)."""
+        job began (`machine`). `more`: whether another job may follow, for which a spare
+        worker starts (the run's last job does not wait for a spare that nothing would use)."""
         busy = machine.load(torch.device(self.device))
         spare, self._spare = self._spare, None
-        if self.spares:
+        if self.spares and more:
             on_event = self._starting_spare(on_event)
         job = on_device(job, self.device)
         result = execute(job, folders, on_event, spare, self._spare_warmed)

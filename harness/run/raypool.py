@@ -241,10 +241,12 @@ class RaySlot:
         self.device: str = machine["device"]
         self.name = f"ray {machine.get('host')} {machine.get('ray_gpu') or self.device}"
 
-    def run(self, job: Job, folders: list[Path], on_event: OnEvent) -> Judged:
+    def run(self, job: Job, folders: list[Path], on_event: OnEvent, more: bool = True) -> Judged:
+        """Judge `job` on this judge's actor; `more`: whether another job may follow (the
+        actor's slot then starts a spare worker)."""
         ray = self.pool.ray
         packed = self.pool.shipped.pop(shipped_key(job), None)
-        call = self.actor.run.remote(*absolute(job, folders), [packed])
+        call = self.actor.run.remote(*absolute(job, folders), [packed], more)
         started = time.monotonic()
         try:
             while not ray.wait([call], timeout=POLL_S)[0]:
@@ -275,7 +277,7 @@ class Judge:
         gpus = ray.get_runtime_context().get_accelerator_ids().get("GPU") or []
         return {**self.slot.machine(), "ray_gpu": f"gpu {gpus[0]}" if gpus else None}
 
-    def run(self, job: Job, folders: list[Path], packed: list[Any]) -> Judged:
+    def run(self, job: Job, folders: list[Path], packed: list[Any], more: bool = True) -> Judged:
         """Judge `job` on this actor's device, first unpacking the build shipped with it
         (`packed`: [ObjectRef of build_remotely's second value, or None]) where missing here."""
         import ray
@@ -287,7 +289,7 @@ class Judge:
             if ray.get_runtime_context().is_canceled():  # raised in the watch: the worker dies
                 raise InterruptedError("the run stopped")
 
-        return with_log(self.slot.run(job, folders, stop_when_cancelled), job)
+        return with_log(self.slot.run(job, folders, stop_when_cancelled, more), job)
 
 
 def build_remotely(job: Job, folders: list[Path]) -> tuple[Judged, Any]:

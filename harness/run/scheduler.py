@@ -32,7 +32,7 @@ from harness.measure.judged import Judged
 from harness.measure.worker import Job
 from harness.record import RunRecord
 from harness.run import resume
-from harness.run.discovery import ProblemSource
+from harness.run.discovery import ProblemSource, builds_at_import
 from harness.run.reporting import Report
 from harness.run.session import Session, harness_checked
 
@@ -45,7 +45,11 @@ class Slot(Protocol):
     name: str
 
     def run(
-        self, job: Job, folders: list[Path], on_event: Callable[[dict[str, Any]], None]
+        self,
+        job: Job,
+        folders: list[Path],
+        on_event: Callable[[dict[str, Any]], None],
+        more: bool = True,
     ) -> Judged: ...
 
 
@@ -98,6 +102,7 @@ class Scheduler:
         for its build), else each as soon as it is built (a sweep)."""
         self.session, self.pool, self.again, self.in_order = session, pool, again, in_order
         self.cursor = 0  # in order: the next unit to judge
+        self.handed = 0  # units handed to a slot so far
         self.report = report or Report.serial(session.progress)
         self.ready: queue.Queue[Unit | None] = queue.Queue()
         self.stop = threading.Event()
@@ -143,7 +148,8 @@ class Scheduler:
             self._wait(lambda: all(f.done() for f in builds))
         finally:
             self._close()
-        return [(u, u.built or u.result) for u in self.units]
+        nothing = Judged(status.OK, "nothing to build")
+        return [(u, u.built or u.result or nothing) for u in self.units]
 
     def _queue(
         self, source: ProblemSource, solution: Path, place: tuple[int, int], content: str
@@ -160,8 +166,8 @@ class Scheduler:
         """Queue `unit`'s build, or the unit itself where it needs no worker."""
         self.left[unit.source.name] = self.left.get(unit.source.name, 0) + 1
         unit.result = self.session.shortcut(unit.solution, unit.job.content_hash)
-        if unit.result is not None:
-            self._ready(unit)
+        if unit.result is not None or not builds_at_import(unit.solution):
+            self._ready(unit)  # judged without a build job, or not at all
             return []
         job = replace(unit.job, task="build")  # its log is the judge's, which appends to it
         self.report.building(unit)
@@ -194,12 +200,16 @@ class Scheduler:
     def _next(self) -> Unit | None:
         """The next unit to judge, once it is ready; None when there is none left."""
         if not self.in_order:
-            return self.ready.get()
+            unit = self.ready.get()
+            with self.lock:
+                self.handed += unit is not None
+            return unit
         with self.lock:
             if self.cursor >= len(self.units):
                 return None
             unit = self.units[self.cursor]
             self.cursor += 1
+            self.handed += 1
         while not unit.ready.wait(JOIN_S):
             if self.stop.is_set():
                 raise Stopped
@@ -281,7 +291,8 @@ class Scheduler:
             if self.session.settings.timing.compile:
                 compiled = self._baselines(unit, problem, slot)
             on_event = self.report.judging(unit, slot.name)
-            judged = slot.run(unit.job, unit.folders, self._watching(on_event))
+            more = self.handed < len(self.units)  # a unit no slot has taken yet
+            judged = slot.run(unit.job, unit.folders, self._watching(on_event), more)
             result = harness_checked(judged, unit.job)
             result = _with_builds(result, unit.built)
         ran = self.session.record_for(unit.source, unit.job, result, cases, compiled)
