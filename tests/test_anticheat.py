@@ -18,7 +18,7 @@ import run
 from harness import loading, matching, status
 from harness.errors import Verdict
 from harness.matching import Tolerance, mismatch
-from harness.measure import anticheat, benchmarking, checking, feeding, integrity, profiling
+from harness.measure import anticheat, checking, feeding, integrity, profiling, seen
 from harness.measure.profiling import Kernel, Profile
 from harness.run import scan
 from tests.conftest import FIXTURES
@@ -153,11 +153,25 @@ def test_work_the_timer_did_not_see_is_rejected() -> None:
     feed = feeding.Feed(threaded, [[torch.ones(4)]])
     feed.prepare()
     with pytest.raises(Verdict) as caught:
-        benchmarking.check_seen(feed, timed_us=10.0, host_us=None, device=CPU)
+        seen.check_seen(feed, timed_us=10.0, host_us=None, device=CPU)
     assert caught.value.reason == "unseen_work"
     honest = feeding.Feed(lambda x: x * 2, [[torch.ones(4)]])
     honest.prepare()
-    assert benchmarking.check_seen(honest, timed_us=1e4, host_us=None, device=CPU) < 2e4
+    assert seen.check_seen(honest, timed_us=1e4, host_us=None, device=CPU) < 2e4
+
+
+def test_a_machine_busy_through_one_whole_try_gets_a_second_try() -> None:
+    calls = []
+
+    def busy_at_first(x: torch.Tensor) -> torch.Tensor:
+        calls.append(1)
+        time.sleep(0.005 if len(calls) <= 12 else 0.0005)  # the first try's 12 batches of one
+        return x * 2
+
+    feed = feeding.Feed(busy_at_first, [[torch.ones(4)]])
+    feed.prepare()
+    assert seen.check_seen(feed, timed_us=1000.0, host_us=None, device=CPU) < 2000.0
+    assert len(calls) == 24
 
 
 def test_a_warm_call_runs_other_inputs_than_the_timed_calls_and_is_never_judged() -> None:

@@ -28,9 +28,6 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import functools
-import math
-import statistics
-import threading
 import time
 from collections.abc import Callable
 from typing import Any
@@ -41,8 +38,8 @@ from harness import accuracy, codec, stats, status
 from harness.inputs import Seeds, make_inputs, replicate_all
 from harness.loading import Case, Problem
 from harness.matching import mismatch, tolerance
+from harness.measure import calls as calls_
 from harness.measure import (
-    anticheat,
     checking,
     feeding,
     gpustate,
@@ -53,7 +50,6 @@ from harness.measure import (
     roofline,
     timing,
 )
-from harness.measure import calls as calls_
 from harness.measure.checking import (
     Counted,
     Verdict,
@@ -61,19 +57,13 @@ from harness.measure.checking import (
     check_once,
     guard,
 )
+from harness.measure.seen import check_seen
 from harness.parts import part
 from harness.record import BenchRow
 from harness.settings import Settings
 
 LAUNCH_BOUND_FACTOR = 3.0  # a median under this many floors is mostly launch cost
 FINAL_CHECKS = 2  # timed-path calls checked after sampling, whatever the dice said
-UNSEEN_FACTOR = 3.0  # wall time per call above this many times the timed (or host) time ...
-UNSEEN_SLACK_US = 50.0  # ... plus this is work the events did not see
-# The wall-clock cross-check times this many short batches: on a busy machine (a load of 6 on
-# 2 cores in CI's own runs) nearly every 5 ms batch was preempted, honest calls read 5-100x
-# their timed figure and were rejected; the least of many 1 ms batches is rarely preempted.
-SEEN_BATCHES = 12
-SEEN_BATCH_US = 1000.0  # ... each about this long (1 to 200 calls; 3 batches of longer calls)
 
 
 def time_benchmarks(
@@ -347,41 +337,6 @@ def _final_checks(feed: feeding.Feed, checker: feeding.SpotChecker) -> int:
             feed()
         feed.settle()
     return checker.checked
-
-
-def check_seen(feed: feeding.Feed, timed_us: float, host_us: float | None, device: Any) -> float:
-    """Wall time per call over back-to-back calls, waiting for the device and every thread
-    at the end of each batch; rejects work the timer could not see (see the module doc).
-
-    The least of SEEN_BATCHES batch means is held to the timed figure: a busy machine slows
-    some batches, while work the events missed slows every one. Returns the median batch mean,
-    what a loop of these calls typically costs per call, in microseconds.
-    """
-    seen_us = max(timed_us, host_us or 0.0, 1.0)
-    count = min(200, max(1, math.ceil(SEEN_BATCH_US / seen_us)))
-    # Calls longer than a batch are rarely preempted whole: three batches of one call do
-    batches = min(SEEN_BATCHES, max(3, math.ceil(SEEN_BATCHES * SEEN_BATCH_US / seen_us)))
-    threads = set(threading.enumerate())
-    means = []
-    with torch.no_grad():
-        feed.settle()  # these calls are not spot checked
-        for _ in range(batches):
-            anticheat.wait_for_all(device, threads)
-            begin = time.perf_counter()
-            for _ in range(count):
-                feed()
-            anticheat.wait_for_all(device, threads)
-            means.append((time.perf_counter() - begin) / count * 1e6)
-    least_us = min(means)
-    if least_us > UNSEEN_FACTOR * seen_us + UNSEEN_SLACK_US:
-        raise anticheat.reject(
-            "unseen_work",
-            f"each call takes {least_us:.1f} us of wall time once the device and its threads "
-            f"are waited for (the least of {batches} batches of {count}), against "
-            f"{timed_us:.1f} us timed: work the timer did not see (another stream, a thread); "
-            "finish all work on the current stream",
-        )
-    return statistics.median(means)
 
 
 def _synchronize(device: torch.device) -> None:

@@ -1,0 +1,73 @@
+"""The wall-clock cross-check after the timing: the solution's calls back to back, waiting for
+the whole device and every thread after each batch. A solution whose work the timer did not see
+(launched on another stream, left to a thread) is rejected as "unseen_work"
+(harness.measure.benchmarking runs it on each row).
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+import threading
+import time
+from typing import Any
+
+import torch
+
+from harness.measure import anticheat, feeding
+
+UNSEEN_FACTOR = 3.0  # wall time per call above this many times the timed (or host) time ...
+UNSEEN_SLACK_US = 50.0  # ... plus this is work the events did not see
+# The wall-clock cross-check times this many short batches: on a busy machine (a load of 6 on
+# 2 cores in CI's own runs) nearly every 5 ms batch was preempted, honest calls read 5-100x
+# their timed figure and were rejected; the least of many 1 ms batches is rarely preempted.
+SEEN_BATCHES = 12
+SEEN_BATCH_US = 1000.0  # ... each about this long (1 to 200 calls; 3 batches of longer calls)
+SEEN_PAUSE_S = 1.0  # before the second try, where the first failed
+
+
+def check_seen(feed: feeding.Feed, timed_us: float, host_us: float | None, device: Any) -> float:
+    """Wall time per call over back-to-back calls, waiting for the device and every thread
+    at the end of each batch; rejects work the timer could not see (see the module doc).
+
+    The least of SEEN_BATCHES batch means is held to the timed figure: a busy machine slows
+    some batches, while work the events missed slows every one. A try that fails is tried
+    again after a pause, and the better try stands: on 2 cores amid compiles (CI, 2026-12-02)
+    every batch of one try read 150x an honest call's timed figure. Returns the median batch
+    mean, what a loop of these calls typically costs per call, in microseconds.
+    """
+    seen_us = max(timed_us, host_us or 0.0, 1.0)
+    count = min(200, max(1, math.ceil(SEEN_BATCH_US / seen_us)))
+    # Calls longer than a batch are rarely preempted whole: three batches of one call do
+    batches = min(SEEN_BATCHES, max(3, math.ceil(SEEN_BATCHES * SEEN_BATCH_US / seen_us)))
+    limit_us = UNSEEN_FACTOR * seen_us + UNSEEN_SLACK_US
+    threads = set(threading.enumerate())
+    with torch.no_grad():
+        feed.settle()  # these calls are not spot checked
+        means = _batch_means(feed, device, threads, batches, count)
+        if min(means) > limit_us:
+            time.sleep(SEEN_PAUSE_S)
+            means = min(means, _batch_means(feed, device, threads, batches, count), key=min)
+    if min(means) > limit_us:
+        raise anticheat.reject(
+            "unseen_work",
+            f"each call takes {min(means):.1f} us of wall time once the device and its threads "
+            f"are waited for (the least of {batches} batches of {count}, best of two tries), "
+            f"against {timed_us:.1f} us timed: work the timer did not see (another stream, a "
+            "thread); finish all work on the current stream",
+        )
+    return statistics.median(means)
+
+
+def _batch_means(
+    feed: Any, device: Any, threads: set[Any], batches: int, count: int
+) -> list[float]:
+    means = []
+    for _ in range(batches):
+        anticheat.wait_for_all(device, threads)
+        begin = time.perf_counter()
+        for _ in range(count):
+            feed()
+        anticheat.wait_for_all(device, threads)
+        means.append((time.perf_counter() - begin) / count * 1e6)
+    return means
