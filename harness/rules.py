@@ -57,7 +57,7 @@ REJECTIONS = {
     ),
     "unseen_work": Rule(
         "the wall clock saw more time per call than the timer: work the timer did not see",
-        "measure/benchmarking.py",
+        "measure/seen.py",
     ),
     "no_own_kernel": Rule(
         "on a GPU, the solution launched no kernel of its own: the work is PyTorch's",
