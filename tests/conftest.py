@@ -20,6 +20,9 @@ TOY_SOLUTIONS = FIXTURES / "toy_solutions"
 # or $HARNESS_BUILD_DIR), keyed by content and toolchain, so a test, run.py and CI's compile
 # check share each build, within a run and across runs.
 BUILDS = Places().build_dir
+# Tests that need a fresh build folder still load PyTorch's precompiled header from BUILDS's
+# (harness/measure/pch.py), instead of making it again: 70 s on CI's machine.
+os.environ.setdefault("HARNESS_PCH_DIR", str(BUILDS / ".pch"))
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:

@@ -14,7 +14,9 @@ build's own. Where a C++ compile is due, the header is one more step of that nin
 beside nvcc and before main.cpp; this file, run as a script, builds it once whichever builds
 ask at once (a lock, then a rename into place), or notes why it could not (main.cpp then
 compiles as before). A build whose objects are up to date gets the same commands (nothing is
-compiled again) and no header step. Only for GCC; HARNESS_PCH=0 turns it off.
+compiled again) and no header step. Only for GCC; HARNESS_PCH=0 turns it off, and
+HARNESS_PCH_DIR keeps the headers in a folder of its own instead (the tests share one across
+the fresh build folders some of them use).
 """
 
 from __future__ import annotations
@@ -38,7 +40,8 @@ COMPILE = re.compile(r"^build (\S+\.o): compile (\S+)$", re.MULTILINE)
 
 def install(cache_root: Path) -> None:
     """Have torch's extension builder use precompiled headers kept under `cache_root`, unless
-    the environment says HARNESS_PCH=0 (each header takes about 0.8 GB of disk)."""
+    the environment says HARNESS_PCH=0 (each header takes about 0.8 GB of disk) or names a
+    folder of its own for them in HARNESS_PCH_DIR."""
     if os.environ.get("HARNESS_PCH") == "0":
         return
     from torch.utils import cpp_extension
@@ -47,9 +50,11 @@ def install(cache_root: Path) -> None:
     if run_ninja is None or getattr(run_ninja, "precompiles", False):
         return
 
+    root = Path(os.environ.get("HARNESS_PCH_DIR") or cache_root / ".pch")
+
     def with_header(build_directory: str, *args: Any, **kwargs: Any) -> Any:
         try:
-            prepare(Path(build_directory), cache_root / ".pch")
+            prepare(Path(build_directory), root)
         except Exception as err:  # the build runs as torch wrote it
             print(f"precompiled header: not used ({type(err).__name__}: {err})", flush=True)
         return run_ninja(build_directory, *args, **kwargs)
