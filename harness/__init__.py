@@ -24,6 +24,7 @@ run/       the parent process, one per run.py: finds the work and drives it
 measure/   the worker process, one per solution: builds, checks and times it
     worker     load, check and time one solution (the worker's entry point)
     judged     what a worker's job ended with, as the parent reads it (one type, every job)
+    events     what a worker tells the parent while it works (phase, case, builds, its end)
     spare      a worker started before its job, warm when the job comes
     seen       the wall-clock cross-check after the timing: work the timer did not see
     builds     watch the extension builds a solution makes
@@ -38,7 +39,8 @@ measure/   the worker process, one per solution: builds, checks and times it
     feeding    fresh inputs for every timed call, and spot checks of timed outputs
     integrity  notice a solution replacing the clocks, timers or the harness's functions
     profiling  the profiler's check that a solution runs kernels of its own, not as a fig leaf
-    benchmarking  time each benchmark shape (solution vs eager, or the torch.compile baseline)
+    benchmarking  time each benchmark shape: the solution and eager PyTorch side by side
+    compiled   the torch.compile baseline: eager and the compiled reference side by side
     timing     sample calls side by side under the stopping rule; CUDA-event and wall timers
     calls      the zero-argument calls the timer samples, fed fresh inputs (or a CUDA graph)
     passes     the backward passes timed for a problem whose gradients are judged

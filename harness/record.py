@@ -3,7 +3,7 @@ and reads `results/<machine>/runs.jsonl`.
 
 A record is built once, when its run is over, and never changed: every class here is frozen.
 Timings keep their raw samples (`Measurement.times_us`); their statistics are derived from them,
-so a record cannot disagree with itself. The JSON form (`to_dict`, one line per record) is the
+so a record cannot disagree with itself. The JSON form (harness.codec, one line per record) is the
 one every run has written; records from before a key existed read with None in its place
 (`BenchRow.speedup`, `mode`, `stop`, ...), never with a made-up value. Besides records, the log
 may hold removal lines (run.py --forget): a record is never edited or deleted.
@@ -49,6 +49,25 @@ class CompileBaseline:
     cached: bool  # measured by an earlier run
     measured_at: str | None
     mismatch: str | None  # how its output differs from eager's: then it is no baseline
+
+
+@dataclass(frozen=True)
+class CompiledRow:
+    """One shape of the torch.compile baseline job: eager and the compiled reference timed side
+    by side, compile time apart (harness.measure.compiled). Kept in
+    baselines.jsonl with the key it is cached under (harness.results.baselines)."""
+
+    name: str
+    inputs: tuple[str, ...]
+    compiled: Measurement
+    reference: Measurement | None = None  # eager, timed beside it
+    speedup: Interval | None = None  # eager / compiled
+    compile_s: float | None = None  # how long compiling took, kept out of the samples
+    mismatch: str | None = None  # how its output differs from eager's: then it is no baseline
+    mode: str | None = None  # the timer the row really got
+    stop: str | None = None
+    note: str | None = None
+    state: GpuState | None = None
 
 
 @dataclass(frozen=True)
@@ -133,7 +152,7 @@ class Ceiling:
 class Machine:
     """The machine a run happened on (harness.run.machine.describe). The GPU's own fields
     (capability to driver) are written only where there is a GPU, and its load when the
-    solution's run began (load_1m to gpu_processes, harness.run.machine.load) only where it was
+    solution's run began (load_1m to gpu_processes, harness.run.machine.loaded) only where it was
     read, as in records from before it was."""
 
     device: str | None = None

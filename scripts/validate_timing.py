@@ -103,7 +103,7 @@ def compare_copy(device: torch.device, results: Path) -> dict[str, Any]:
     info = machine.describe(device, ROOT)
     ceiling = roofline.ceiling(results / machine.slug(info), device, info)
     plain = plain_copy_gbps(device)
-    reported = ceiling["copy_gbps"] if ceiling else None
+    reported = ceiling.copy_gbps if ceiling else None
     return {
         "reported_gbps": reported,
         "plain_copy_gbps": plain,

@@ -11,6 +11,7 @@ from typing import Any
 import pytest
 
 from harness.measure import builds, sourcemap
+from harness.measure.events import BuildEnd, BuildStart, Event
 from harness.run.progress import Progress
 
 SOLUTION = '''"""A solution whose C++ lives in a string."""
@@ -93,11 +94,11 @@ def test_the_failure_line_is_short_and_points_into_the_solution(
     )
 
 
-def watched(tmp_path: Path, compiles: bool) -> tuple[list[dict[str, Any]], builds.Build]:
+def watched(tmp_path: Path, compiles: bool) -> tuple[list[Any], builds.Build]:
     """One load_inline through the watcher: a fake torch builder that writes the module
     (`compiles`) or leaves the one already there."""
-    events: list[dict[str, Any]] = []
-    watcher = builds.BuildWatcher(lambda kind, **data: events.append({"kind": kind, **data}), None)
+    events: list[BuildStart | BuildEnd] = []
+    watcher = builds.BuildWatcher(events.append, None)
     folder = tmp_path / "ext"
 
     def load_inline(name: str, cpp_sources: str, build_directory: str | None = None) -> str:
@@ -116,15 +117,16 @@ def watched(tmp_path: Path, compiles: bool) -> tuple[list[dict[str, Any]], build
 
 def test_a_build_cache_hit_is_told_from_a_build(tmp_path: Path) -> None:
     events, built = watched(tmp_path, compiles=True)
-    assert not built.cached and events[0]["found"] is False and events[1]["cached"] is False
+    assert events == [BuildStart("ext"), BuildEnd("ext", built.seconds or 0.0)]
+    assert not built.cached
     events, loaded = watched(tmp_path, compiles=False)  # the module is there, left untouched
-    assert loaded.cached and events[0]["found"] is True and events[1]["cached"] is True
+    assert loaded.cached and events[0].found is True and events[1].cached is True
     assert loaded.describe() == "ext compiled earlier (loaded from the build cache)"
     events, rebuilt = watched(tmp_path, compiles=True)  # there, but written again
     assert not rebuilt.cached and rebuilt.describe().startswith("ext compiled in ")
 
 
-def progress_lines(events: list[dict[str, Any]]) -> str:
+def progress_lines(events: list[Event]) -> str:
     stream = io.StringIO()  # not a terminal: every line stays
     progress = Progress(stream)
     progress.start(1, 1, "toy/mine")
@@ -136,8 +138,8 @@ def progress_lines(events: list[dict[str, Any]]) -> str:
 def test_progress_claims_no_build_on_a_cache_hit() -> None:
     hit = progress_lines(
         [
-            {"kind": "build_start", "name": "ext", "cuda": False, "found": True},
-            {"kind": "build_end", "name": "ext", "seconds": 0.01, "cached": True},
+            BuildStart("ext", cuda=False, found=True),
+            BuildEnd("ext", 0.01, cached=True),
         ]
     )
     assert "loading C++ extension ext from the build cache" in hit
@@ -145,8 +147,8 @@ def test_progress_claims_no_build_on_a_cache_hit() -> None:
     assert "built" not in hit and "building" not in hit
     miss = progress_lines(
         [
-            {"kind": "build_start", "name": "ext", "cuda": True, "found": False},
-            {"kind": "build_end", "name": "ext", "seconds": 70.0, "cached": False},
+            BuildStart("ext", cuda=True, found=False),
+            BuildEnd("ext", 70.0, cached=False),
         ]
     )
     assert "building CUDA extension ext" in miss and "toy/mine: built ext in 70.0 s" in miss

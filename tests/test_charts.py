@@ -32,8 +32,8 @@ def test_chart_is_an_svg_of_the_ok_solutions(tmp_path: Path) -> None:
 
 def test_chart_bars_carry_the_interval() -> None:
     bars = charts.chart_bars([record("p", "a", [bench(10, 30)])])
-    assert [(b["label"], b["value"]) for b in bars] == [("a  512x1024", 3.0)]
-    assert bars[0]["low"] == pytest.approx(3.0 * 0.98) and bars[0]["high"] == pytest.approx(3.06)
+    assert [(b.label, b.value) for b in bars] == [("a  512x1024", 3.0)]
+    assert bars[0].low == pytest.approx(3.0 * 0.98) and bars[0].high == pytest.approx(3.06)
 
 
 def test_chart_is_deterministic(tmp_path: Path) -> None:

@@ -127,7 +127,8 @@ def test_the_oldest_records_read_with_none_where_a_key_did_not_exist_yet(
 def test_the_committed_compile_baselines_match_the_rows_that_used_them(
     records: list[RunRecord],
 ) -> None:
-    entries = files.read(H200, baselines.LOG_NAME)
+    entries = baselines.read(H200)
+    assert len(entries) == len(files.read(H200, baselines.LOG_NAME))  # every line reads
     for run_id in (ISSUE_5_RUN, ISSUE_11_RUN):
         fast = of_run(records, run_id, "smooth_l1", "fast_cuda")
         for bench in fast.benchmarks:

@@ -6,6 +6,7 @@ from pathlib import Path
 import pytest
 
 from harness import status
+from harness.measure.events import Event, ReadyToTime
 from harness.measure.judged import Judged
 from harness.measure.worker import Job
 from harness.run import isolate
@@ -134,13 +135,13 @@ def test_a_gpu_slot_runs_each_next_job_in_a_spare_that_warmed_before_the_timing(
     job = Job("toy", str(TOY / "reference.py"), toy_solution("good"), "", "x", settings)
     slot = LocalSlot("cpu")
     slot.spares = True
-    seen: list[str] = []
+    seen: list[Event] = []
     try:
         results = [
             slot.run(
                 replace(job, log_path=str(tmp_path / f"{n}.log")),
                 [],
-                lambda event: seen.append(event["kind"]),
+                lambda event: seen.append(event),
                 more=n < 2,
             )
             for n in range(3)
@@ -151,4 +152,5 @@ def test_a_gpu_slot_runs_each_next_job_in_a_spare_that_warmed_before_the_timing(
     assert [r.status for r in results] == ["ok"] * 3, results
     ahead = ["started ahead of its job" in (tmp_path / f"{n}.log").read_text() for n in range(3)]
     assert ahead == [False, True, True]
-    assert seen.count("ready_to_time") == 3  # each passed the gate
+    assert seen.count(ReadyToTime()) == 3  # each passed the gate
+    assert {type(event).__module__ for event in seen} == {"harness.measure.events"}  # typed

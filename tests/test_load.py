@@ -7,6 +7,7 @@ import os
 import subprocess
 import sys
 import types
+from dataclasses import replace
 from pathlib import Path
 
 import pandas as pd
@@ -78,17 +79,15 @@ def test_the_flag_rule_is_the_cpu_count_times_the_documented_share() -> None:
 
 def test_the_session_reads_the_load_average_and_cpu_count(monkeypatch) -> None:
     monkeypatch.setattr(os, "getloadavg", lambda: (3.254, 2.0, 1.0))
-    assert machine.load(torch.device("cpu")) == {
-        "load_1m": 3.25,
-        "cpu_count": os.cpu_count(),
-        "gpu_processes": None,  # no GPU here
-    }
+    described = Machine(device="cpu", host="here")
+    loaded = machine.loaded(described, torch.device("cpu"))
+    assert loaded == replace(described, load_1m=3.25, cpu_count=os.cpu_count())  # no GPU here
 
     def unavailable() -> tuple[float, float, float]:
         raise OSError("no load average here")
 
     monkeypatch.setattr(os, "getloadavg", unavailable)
-    assert machine.load(torch.device("cpu"))["load_1m"] is None
+    assert machine.loaded(described, torch.device("cpu")).load_1m is None
 
 
 def test_this_process_and_its_workers_are_ours() -> None:

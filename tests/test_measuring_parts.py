@@ -12,15 +12,16 @@ from pathlib import Path
 import pytest
 import torch
 
-from harness import codec, record
+from harness import record
 from harness.loading import load_problem
 from harness.measure import gpustate, roofline
-from harness.record import Ceiling, GpuState, Measurement
+from harness.record import Ceiling, CompiledRow, GpuState, Machine, Measurement
 from harness.results import baselines, report
+from harness.results.baselines import Baseline
 from tests import records_factory as make
 from tests.conftest import REPO
 
-H200 = {"gpu": "NVIDIA H200", "torch": "2.11.0", "driver": "580"}
+H200 = Machine(gpu="NVIDIA H200", torch="2.11.0", driver="580")
 
 
 def test_bytes_count_every_tensor_once_at_its_view_size() -> None:
@@ -32,47 +33,46 @@ def test_bytes_count_every_tensor_once_at_its_view_size() -> None:
 def test_default_count_is_inputs_plus_outputs_and_a_problem_may_declare_its_own() -> None:
     toy = load_problem("toy", REPO / "tests" / "fixtures" / "toy" / "reference.py")
     x = torch.zeros(4, 8)
-    assert roofline.counts(toy, [x], torch.zeros(4)) == {"bytes": 128 + 16, "flops": None}
+    assert roofline.counts(toy, [x], torch.zeros(4)) == (128 + 16, None)
     problem = load_problem("m", REPO / "problems" / "multilabel_margin" / "reference.py")
     target = torch.tensor([[3, 1, -1, 0], [2, 0, 1, 3]])  # 3 and 4 label slots are read
-    counted = roofline.counts(problem, [torch.zeros(2, 4), target], torch.zeros(()))
-    assert counted["bytes"] == 2 * 4 * 4 + (3 + 4) * 8 + 4
+    moved, _ = roofline.counts(problem, [torch.zeros(2, 4), target], torch.zeros(()))
+    assert moved == 2 * 4 * 4 + (3 + 4) * 8 + 4
 
 
 def test_ceiling_is_measured_once_per_gpu_and_torch(tmp_path: Path, monkeypatch) -> None:
     calls = []
 
-    def fake_copy(device: torch.device) -> dict:
+    def fake_copy(device: torch.device) -> Ceiling:
         calls.append(device)
-        return {"copy_gbps": 4000.0 + len(calls), "copy_bytes": 1}
+        return Ceiling(copy_gbps=4000.0 + len(calls), copy_bytes=1)
 
     monkeypatch.setattr(roofline, "measure_copy", fake_copy)
     cuda = torch.device("cuda")
     first = roofline.ceiling(tmp_path, cuda, H200)
     again = roofline.ceiling(tmp_path, cuda, H200)
     assert first is not None and again is not None
-    assert (first["cached"], again["cached"], again["copy_gbps"]) == (False, True, 4001.0)
-    other = roofline.ceiling(tmp_path, cuda, {**H200, "torch": "2.12.0"})
-    assert other is not None and other["copy_gbps"] == 4002.0 and len(calls) == 2
-    assert json.loads((tmp_path / "ceiling.json").read_text())["torch"] == "2.12.0"
+    assert (first.cached, again.cached, again.copy_gbps) == (False, True, 4001.0)
+    other = roofline.ceiling(tmp_path, cuda, replace(H200, torch="2.12.0"))
+    assert other is not None and other.copy_gbps == 4002.0 and len(calls) == 2
+    written = json.loads((tmp_path / "ceiling.json").read_text())
+    assert written["torch"] == "2.12.0" and "cached" not in written
     assert roofline.ceiling(tmp_path, torch.device("cpu"), H200) is None
 
 
-def baseline_entry(run_id: str, compiled_us: float, mismatch: str | None = None) -> dict:
-    return {
-        "problem": "p",
-        "reference_hash": "r",
-        "mode": "cuda_events",
-        "flush": "read",
-        "name": "default",
-        "inputs": ["float32[512,1024]"],
-        "run_id": run_id,
-        "time": "2026-11-29T10:00:00+00:00",
-        "compile_s": 3.0,
-        "mismatch": mismatch,
-        "compiled": codec.encode(make.timing(compiled_us, seed=5)),
-        **H200,
-    }
+KEY = baselines.BaselineKey("p", "r", "cuda_events", "read", H200.gpu, H200.torch)
+
+
+def baseline_entry(run_id: str, compiled_us: float, mismatch: str | None = None) -> Baseline:
+    row = CompiledRow(
+        name="default",
+        inputs=("float32[512,1024]",),
+        compiled=make.timing(compiled_us, seed=5),
+        compile_s=3.0,
+        mismatch=mismatch,
+        mode="cuda_events",
+    )
+    return Baseline(KEY, baselines.MeasuredBy(run_id, "2026-11-29T10:00:00+00:00"), row)
 
 
 def test_compile_baseline_gives_an_unpaired_speedup_and_says_when_cached() -> None:
@@ -101,12 +101,21 @@ def test_a_wrong_compiled_reference_gives_no_speedup() -> None:
 
 def test_baselines_are_looked_up_by_gpu_torch_mode_and_flush(tmp_path: Path) -> None:
     entry = baseline_entry("r", 20.0)
-    baselines.store(tmp_path, {k: entry[k] for k in ("problem", "gpu", "torch")}, [entry])
-    wanted = {k: entry[k] for k in ("problem", "reference_hash", "mode", "gpu", "torch")}
-    assert len(baselines.cached(tmp_path, wanted)) == 1
-    assert baselines.cached(tmp_path, {**wanted, "torch": "2.12.0"}) == []
-    assert baselines.cached(tmp_path, {**wanted, "flush": "write"}) == []
+    baselines.store(tmp_path, [entry])
+    assert baselines.cached(tmp_path, KEY) == [entry]  # read back whole
+    assert baselines.cached(tmp_path, replace(KEY, torch="2.12.0")) == []
+    assert baselines.cached(tmp_path, replace(KEY, flush="write")) == []
+    assert baselines.cached(tmp_path, replace(KEY, mode="cuda_graph")) == []
     assert record.read(tmp_path) == []  # a log of its own, not runs.jsonl
+
+
+def test_a_baselines_line_is_one_flat_object_and_older_lines_still_read(tmp_path: Path) -> None:
+    line = baselines.flat(baseline_entry("r", 20.0))
+    assert {"problem", "gpu", "run_id", "name", "compiled", "mismatch"} <= set(line)
+    older = {k: v for k, v in line.items() if k not in ("flush", "reference", "state")}
+    (tmp_path / baselines.LOG_NAME).write_text(f"{json.dumps(older)}\n{{}}\n")
+    (read,) = baselines.read(tmp_path)  # the empty object is no baseline: skipped
+    assert read.key == KEY and read.row == baseline_entry("r", 20.0).row
 
 
 class FakeNvml:
@@ -133,14 +142,13 @@ def test_samples_read_while_throttled_are_counted() -> None:
     probe = gpustate.Probe(nvml, handle=None)
     for samples in (10, 20, 40):
         probe.after(samples)
-    summary = probe.summary()
-    assert summary == {
-        "sm_mhz": [1755, 1980],
-        "temp_c": [40, 52],
-        "throttled_samples": 20,  # idle (0x1) and sync boost (0x20) are not throttling
-        "samples": 70,
-        "reasons": ["power cap"],
-    }
+    assert probe.summary() == GpuState(
+        sm_mhz=(1755, 1980),
+        temp_c=(40, 52),
+        throttled_samples=20,  # idle (0x1) and sync boost (0x20) are not throttling
+        samples=70,
+        reasons=("power cap",),
+    )
 
 
 def test_no_nvml_means_no_state_and_no_error(monkeypatch, capsys) -> None:

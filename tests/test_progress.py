@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import io
+from dataclasses import replace
 from types import SimpleNamespace
 
 import pytest
 
 from harness import status
+from harness.measure.events import BuildEnd, BuildStart, Count, Phase, Tick
 from harness.measure.judged import Judged
 from harness.record import Build
 from harness.run import progress
@@ -24,11 +26,11 @@ def test_in_a_log_a_long_step_says_how_far_it_has_come(monkeypatch: pytest.Monke
     stream = io.StringIO()
     shown = Progress(stream)
     shown.start(1, 2, "toy/good")
-    shown.event({"kind": "phase", "phase": "check"})
-    shown.event({"kind": "progress", "done": 7, "total": 15})
-    shown.event({"kind": "tick", "phase": "check", "elapsed": 31.0})
-    shown.event({"kind": "phase", "phase": "time"})  # a new step: its own count
-    shown.event({"kind": "tick", "phase": "time", "elapsed": 2.0})
+    shown.event(Phase("check"))
+    shown.event(Count(7, 15))
+    shown.event(Tick("check", elapsed=31.0))
+    shown.event(Phase("time"))  # a new step: its own count
+    shown.event(Tick("time", elapsed=2.0))
     shown.finish("ok")
     lines = stream.getvalue().splitlines()
     assert "[1/2] toy/good: checking 7/15 ... 31 s" in lines
@@ -41,25 +43,11 @@ def test_a_long_check_names_its_case_and_what_stops_it(monkeypatch: pytest.Monke
     stream = io.StringIO()
     shown = Progress(stream)
     shown.start(1, 1, "toy/hangs")
-    shown.event({"kind": "phase", "phase": "check"})
-    tick = {
-        "kind": "tick",
-        "phase": "check",
-        "case": "beta=0.5",
-        "limit": 300.0,
-        "flag": "--timeout",
-    }
-    shown.event({**tick, "elapsed": 5.0})
-    shown.event({**tick, "elapsed": 27.0})
-    shown.event(
-        {
-            "kind": "tick",
-            "phase": "load",
-            "limit": 1800.0,
-            "flag": "--build-timeout",
-            "elapsed": 90.0,
-        }
-    )
+    shown.event(Phase("check"))
+    tick = Tick("check", case="beta=0.5", limit=300.0, flag="--timeout")
+    shown.event(replace(tick, elapsed=5.0))
+    shown.event(replace(tick, elapsed=27.0))
+    shown.event(Tick("load", limit=1800.0, flag="--build-timeout", elapsed=90.0))
     lines = stream.getvalue().splitlines()
     assert "[1/1] toy/hangs: checking, case 'beta=0.5' ... 5 s" in lines  # short: no hint
     assert (
@@ -73,12 +61,12 @@ def test_on_a_terminal_the_counts_are_a_bar_that_goes_when_the_step_ends() -> No
     stream = Terminal()
     shown = Progress(stream)
     shown.start(1, 1, "toy/good")
-    shown.event({"kind": "phase", "phase": "check"})
+    shown.event(Phase("check"))
     for done in range(1, 16):
-        shown.event({"kind": "progress", "done": done, "total": 15})
+        shown.event(Count(done, 15))
     assert shown.bar is not None and shown.bar.n == 15
     assert "[1/1] toy/good: checking:   0%|" in stream.getvalue()  # tqdm's bar, drawn at once
-    shown.event({"kind": "phase", "phase": "time"})
+    shown.event(Phase("time"))
     assert shown.bar is None  # closed, and not left on the screen
     shown.finish("ok")
     assert stream.getvalue().endswith("[1/1] toy/good: ok\n")
@@ -95,10 +83,10 @@ def test_an_extension_built_by_the_run_is_not_then_claimed_from_the_cache() -> N
     unit = SimpleNamespace(index=1, total=1, label="toy/cpp_extension", built=built)
     report.built(unit, built)  # type: ignore[arg-type]  # a stand-in unit
     on_event = report.judging(unit, "cpu")  # type: ignore[arg-type]
-    on_event({"kind": "build_start", "name": "toy_ext", "found": True})
-    on_event({"kind": "build_end", "name": "toy_ext", "cached": True, "seconds": 0.1})
-    on_event({"kind": "build_start", "name": "other_ext", "found": True})
-    on_event({"kind": "build_end", "name": "other_ext", "cached": True, "seconds": 0.1})
+    on_event(BuildStart("toy_ext", found=True))
+    on_event(BuildEnd("toy_ext", 0.1, cached=True))
+    on_event(BuildStart("other_ext", found=True))
+    on_event(BuildEnd("other_ext", 0.1, cached=True))
     lines = stream.getvalue().splitlines()
     assert lines[0] == "toy/cpp_extension: built toy_ext in 40.6 s"
     assert not any("toy_ext from the build cache" in line for line in lines)

@@ -29,6 +29,7 @@ from ray.cluster_utils import Cluster  # noqa: E402
 
 from harness import toolchain  # noqa: E402
 from harness.errors import UserError  # noqa: E402
+from harness.measure.events import Event, Tick  # noqa: E402
 from harness.measure.worker import Job  # noqa: E402
 from harness.run import raypool  # noqa: E402
 from harness.settings import Checking, Limits, Places, Settings, StopRule, Timing  # noqa: E402
@@ -215,7 +216,7 @@ def test_builds_run_as_tasks_and_a_stopped_judge_drops_its_job(
     pool = raypool.connect(cluster, 1)  # at most one build in flight
     try:
         assert (len(pool.slots), pool.device, pool.capability) == (2, "cpu", None)
-        assert pool.described()["host"] == socket.gethostname()
+        assert pool.described().host == socket.gethostname()
         folders = [Path(toy_solution("good")).parent, TOY]
         jobs = [toy_job(name, tmp_path, 600) for name in ("good", "wrong_scale")]
         builds = [pool.build(_as_build(job), folders, lambda e: None) for job in jobs]
@@ -225,14 +226,14 @@ def test_builds_run_as_tasks_and_a_stopped_judge_drops_its_job(
 
         slot, ticks = pool.slots[0], []
 
-        def stop_after_2_s(event: dict[str, Any]) -> None:
+        def stop_after_2_s(event: Event) -> None:
             ticks.append(event)
-            if event["elapsed"] > 2:
+            if isinstance(event, Tick) and event.elapsed > 2:
                 raise Halt
 
         with pytest.raises(Halt):  # hangs for ever (its limit is 600 s) unless stopped
             slot.run(toy_job("hangs", tmp_path, 600), folders, stop_after_2_s)
-        assert {(e["kind"], e["phase"]) for e in ticks} == {("tick", "remote")}
+        assert ticks and all(isinstance(e, Tick) and e.phase == "remote" for e in ticks)
         # The actor judges one job at a time: it takes the next only once the hung one ended.
         started = time.monotonic()
         judged = slot.run(jobs[0], folders, _give_up_after(120))
@@ -250,8 +251,8 @@ def _as_build(job: Job) -> Job:
 
 
 def _give_up_after(seconds: float) -> Any:
-    def watch(event: dict[str, Any]) -> None:
-        if event["elapsed"] > seconds:
+    def watch(event: Event) -> None:
+        if isinstance(event, Tick) and event.elapsed > seconds:
             raise Halt
 
     return watch

@@ -18,6 +18,7 @@ import pytest
 
 from harness import status
 from harness.errors import HarnessError
+from harness.measure.events import Tick
 from harness.measure.judged import Judged
 from harness.measure.worker import Job
 from harness.record import Build, Machine, read
@@ -29,7 +30,7 @@ from harness.run.session import Session
 from harness.settings import Checking, Places, Settings
 from tests.conftest import TOY, toy_solution
 
-MACHINE = {"device": "cuda:0", "gpu": "Stand-in GPU", "torch": "2.x", "cuda": "13.0"}
+MACHINE = Machine(device="cuda:0", gpu="Stand-in GPU", torch="2.x", cuda="13.0")
 
 
 def verdict(kind: str, detail: str = "", **more: Any) -> Judged:
@@ -50,10 +51,10 @@ class FakeSlot:
         self.more.append(more)
         if self.meet is not None and not self.judged:  # the first jobs of all slots at once
             self.meet.wait(timeout=20)
-        on_event({"kind": "tick", "phase": "time", "building": False, "elapsed": 0.0})
+        on_event(Tick("time"))
         stem = Path(job.solution).stem
         self.judged.append(stem)
-        where = Machine(**{**MACHINE, "device": self.name})
+        where = dataclasses.replace(MACHINE, device=self.name)
         return dataclasses.replace(self.verdicts.get(stem, verdict(status.OK)), machine=where)
 
 

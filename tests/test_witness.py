@@ -14,6 +14,7 @@ import pytest
 
 import run
 from harness import codec
+from harness.measure.worker import Job
 from harness.record import BenchRow, Witness
 from harness.results import report
 from harness.run import ncu
@@ -80,7 +81,7 @@ def test_the_witness_round_trips_through_a_record() -> None:
     assert "witness" not in codec.encode(make.bench(1.0, 2.0))
 
 
-SPEC = {"problem": "toy", "reference": "r.py", "solution": "s.py", "content_hash": "abc"}
+SPEC = Job("toy", "r.py", "s.py", "", "abc", Settings(ncu=True))
 
 
 def fake_ncu(tmp_path: Path, body: str) -> Path:

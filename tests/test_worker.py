@@ -7,6 +7,7 @@ import pytest
 from torch.utils import cpp_extension
 
 from harness.measure import worker
+from harness.measure.events import Event, Phase
 from harness.measure.judged import Judged
 from harness.settings import Checking, Places, Settings, StopRule, Timing
 from tests.conftest import TOY, toy_solution
@@ -20,7 +21,7 @@ def run_job(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
     for name in ("load_inline", "load"):
         monkeypatch.setattr(cpp_extension, name, getattr(cpp_extension, name))
 
-    def run(solution: str, **changes) -> tuple[Judged, list[dict]]:
+    def run(solution: str, **changes) -> tuple[Judged, list[Event]]:
         job = worker.Job(
             problem="toy",
             reference=str(TOY / "reference.py"),
@@ -35,8 +36,8 @@ def run_job(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
                 places=Places(build_dir=tmp_path / "b"),
             ),
         )
-        events: list[dict] = []
-        result = worker.run(job, lambda kind, **data: events.append({"kind": kind, **data}))
+        events: list[Event] = []
+        result = worker.run(job, events.append)
         return result, events
 
     return run
@@ -52,7 +53,9 @@ def test_cuda_solution_without_a_toolkit_is_no_gpu_not_a_failure(run_job, monkey
 def test_phases_are_announced_in_order(run_job) -> None:
     result, events = run_job("good")
     assert result.status == "ok"
-    assert [e["phase"] for e in events if e["kind"] == "phase"] == ["load", "check", "time"]
+    assert [e for e in events if isinstance(e, Phase)] == [
+        Phase(p) for p in ("load", "check", "time")
+    ]
 
 
 def test_a_solution_that_raises_at_import_is_a_load_error(run_job, tmp_path: Path) -> None:

@@ -1,5 +1,5 @@
 """Time every benchmark of a problem: the solution and eager PyTorch side by side (inside the
-worker), and the torch.compile baseline on its own.
+worker). The torch.compile baseline samples the same way (harness.measure.compiled).
 
 For each benchmark shape: draw the inputs, check the solution on them once more, then sample
 reference and solution in alternating rounds under the stop rule (harness.timing), each call on
@@ -30,14 +30,14 @@ import dataclasses
 import functools
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 import torch
 
-from harness import accuracy, codec, stats, status
+from harness import stats, status
 from harness.inputs import Seeds, make_inputs, replicate_all
 from harness.loading import Case, Problem
-from harness.matching import mismatch, tolerance
 from harness.measure import calls as calls_
 from harness.measure import (
     checking,
@@ -58,12 +58,38 @@ from harness.measure.checking import (
     guard,
 )
 from harness.measure.seen import check_seen
+from harness.measurement import Measurement, PerCall
 from harness.parts import part
-from harness.record import BenchRow
+from harness.record import BenchRow, GpuState
 from harness.settings import Settings
+from harness.stats import Interval
 
 LAUNCH_BOUND_FACTOR = 3.0  # a median under this many floors is mostly launch cost
 FINAL_CHECKS = 2  # timed-path calls checked after sampling, whatever the dice said
+
+
+@dataclass(frozen=True)
+class SideBySide:
+    """Two calls sampled side by side: each side's times per model call (by call name), the
+    speedup of the first over the second, the timer they got, why sampling stopped, a note on
+    how the calls were fed, and the GPU's state over the samples."""
+
+    mode: str
+    stop: str
+    note: str | None
+    sides: dict[str, Measurement]
+    speedup: Interval
+    state: GpuState | None
+
+
+@dataclass(frozen=True)
+class Fed:
+    """What a row of fed calls gets after its timing (`_fed`)."""
+
+    spot_checks: int  # timed calls whose output was checked
+    wall_us: float  # the wall-clock cross-check per call
+    per_call: PerCall | None  # on a GPU: each call timed from an idle device
+    host_bound: str | None  # the side whose host time the per-call speedup shows
 
 
 def time_benchmarks(
@@ -76,7 +102,7 @@ def time_benchmarks(
 ) -> list[BenchRow]:
     """One row per benchmark of `problem` (see the module doc); `on_case` hears each
     benchmark's name as it starts, `counted` (done, total) after each."""
-    timer = _timer(device, settings)
+    timer = timer_for(device, settings)
     rule = settings.timing.rule
     floor = timing.floor_us(timer, device, rule) if device.type == "cuda" else None
     seeds = Seeds.of(settings.checking)
@@ -91,19 +117,19 @@ def time_benchmarks(
             raise Verdict(status.INCORRECT, f"benchmark {bench.name!r}: {verdict}")
         with torch.no_grad():
             output = models[0](*replicate_all(inputs, device))
-        row: dict[str, Any] = {"name": bench.name, "inputs": describe_inputs(inputs)}
-        row.update(roofline.counts(problem, inputs, output))
         calls = {"reference": models[0], "solution": models[1]}
         label = f"benchmark {bench.name!r}"
         checker = _spot_checker(problem, bench, models[0], device, settings, label)
-        row.update(_sample(calls, bench, seed, inputs, device, settings, timer, checker))
-        rows.append(_floored(row, floor))
+        timed = sample(calls, bench, seed, inputs, device, settings, timer, checker)
+        row = _row(bench.name, inputs, timed, floor, timed[0].note)
+        bytes_, flops = roofline.counts(problem, inputs, output)
+        rows.append(dataclasses.replace(row, bytes=bytes_, flops=flops))
         if problem.backward:
             drawn = (seed, inputs, output)
             rows += _pass_rows(problem, bench, models, drawn, device, settings, (timer, floor))
         if counted:
             counted(index + 1, len(problem.benchmarks))
-    return [codec.decode(BenchRow, row) for row in rows]
+    return rows
 
 
 def _pass_rows(
@@ -114,7 +140,7 @@ def _pass_rows(
     device: torch.device,
     settings: Settings,
     timed: tuple[timing.Timer, float | None],
-) -> list[dict[str, Any]]:
+) -> list[BenchRow]:
     """The backward and forward+backward rows of one benchmark (harness.measure.passes), after
     its gradients are checked on the benchmark's own inputs."""
     seed, inputs, output = drawn
@@ -125,7 +151,7 @@ def _pass_rows(
     if verdict:
         raise Verdict(status.INCORRECT, f"benchmark {bench.name!r}: {verdict}")
     params = gradients.comparable_params(*models)
-    note = passes.described(passes.backward_by(models[1], replicate_all(inputs, device)))
+    by = passes.described(passes.backward_by(models[1], replicate_all(inputs, device)))
     rows = []
     for kind in passes.KINDS:
         step = passes.Pass(kind, output, params)
@@ -133,90 +159,43 @@ def _pass_rows(
         check = passes.Training(models[0], step.count, params)
         checker = _spot_checker(problem, bench, check, device, settings, f"benchmark {name!r}")
         calls = {"reference": models[0], "solution": models[1]}
-        row: dict[str, Any] = {"name": name, "inputs": describe_inputs(inputs), "backward": kind}
-        row.update(_sample(calls, bench, seed, inputs, device, settings, timer, checker, step))
-        row["note"] = "; ".join(n for n in (row["note"], note) if n) or None
-        rows.append(_floored(row, floor))
+        sampled = sample(calls, bench, seed, inputs, device, settings, timer, checker, step)
+        note = "; ".join(n for n in (sampled[0].note, by) if n) or None
+        rows.append(dataclasses.replace(_row(name, inputs, sampled, floor, note), backward=kind))
     return rows
 
 
-def _floored(row: dict[str, Any], floor: float | None) -> dict[str, Any]:
-    """`row` with the launch floor, and whether its median is mostly launch cost."""
-    row["floor_us"] = floor
-    solution_us = row["solution"]["median_us"]
-    row["launch_bound"] = bool(
-        floor and row["mode"] == "cuda_events" and solution_us < LAUNCH_BOUND_FACTOR * floor
+def _row(
+    name: str,
+    inputs: list[Any],
+    timed: tuple[SideBySide, Fed | None],
+    floor: float | None,
+    note: str | None,
+) -> BenchRow:
+    """A benchmark row from its sampling, with the timer's launch floor and whether the
+    solution's median is mostly launch cost."""
+    sampled, fed = timed
+    reference, solution = sampled.sides["reference"], sampled.sides["solution"]
+    launch_bound = bool(
+        floor and sampled.mode == "cuda_events" and solution.median_us < LAUNCH_BOUND_FACTOR * floor
     )
-    return row
-
-
-def compile_baseline(
-    problem: Problem, device: torch.device, settings: Settings
-) -> list[dict[str, Any]]:
-    """Eager and torch.compile'd reference, side by side, per benchmark; compile time apart."""
-    timer = _timer(device, settings)
-    seeds = Seeds.of(settings.checking)
-    rows = []
-    for index, bench in enumerate(problem.benchmarks):
-        seed = seeds.benchmark(index)
-        eager, _ = build_models(problem, problem.model, bench, seed, device)
-        inputs = guard(status.PROBLEM_ERROR, "get_inputs", make_inputs, bench, seed, device)
-        compiled = torch.compile(eager)
-        begin = time.perf_counter()
-        with torch.no_grad():
-            got = guard(status.RUNTIME_ERROR, "torch.compile", compiled, *inputs)
-            want = eager(*inputs)
-        _synchronize(device)
-        compile_s = time.perf_counter() - begin
-        calls = {"reference": eager, "compiled": compiled}
-        row = {"name": bench.name, "inputs": describe_inputs(inputs), "compile_s": compile_s}
-        allowed = tolerance(problem, bench, settings.checking.tolerance)
-        row["mismatch"] = mismatch(want, got, allowed, accuracy.Exact(eager, inputs, device))
-        row.update(_sample(calls, bench, seed, inputs, device, settings, timer))
-        rows.append(row)
-        if problem.backward:
-            drawn = (seed, inputs, want)
-            timed = (device, settings, timer)
-            rows += _compiled_passes(problem, bench, (eager, compiled), drawn, timed)
-    return rows
-
-
-def _compiled_passes(
-    problem: Problem,
-    bench: Case,
-    models: tuple[Any, Any],
-    drawn: tuple[int, list[Any], Any],
-    timed: tuple[torch.device, Settings, timing.Timer],
-) -> list[dict[str, Any]]:
-    """The compile baseline's backward and forward+backward rows: the compiled reference's
-    first backward (its compilation) timed apart, and its gradients compared with eager's."""
-    seed, inputs, output = drawn
-    device, settings, timer = timed
-    eager, compiled = models
-    # A compiled backward frees ("donates") buffers it no longer needs unless told not to, and
-    # then refuses the retained graph that the backward row runs through again and again.
-    torch._functorch.config.donated_buffer = False
-    params = passes.param_names(eager)
-    first = passes.Pass(passes.BOTH, output, params)
-    given = first.extend(inputs, seed)
-    begin = time.perf_counter()
-    got = guard(status.RUNTIME_ERROR, "torch.compile, backward", first.wrap(compiled, []), *given)
-    _synchronize(device)
-    compile_s = time.perf_counter() - begin
-    training = first.wrap(eager, [])
-    exact = accuracy.Exact(training, given, device)
-    allowed = tolerance(problem, bench, settings.checking.tolerance)
-    differs = mismatch(training(*given), got, allowed, exact)
-    rows = []
-    for kind in passes.KINDS:
-        step = passes.Pass(kind, output, params)
-        name = passes.row_name(bench.name, kind)
-        row = {"name": name, "inputs": describe_inputs(inputs), "compile_s": compile_s}
-        row["mismatch"] = differs
-        calls = {"reference": eager, "compiled": compiled}
-        row.update(_sample(calls, bench, seed, inputs, device, settings, timer, None, step))
-        rows.append(row)
-    return rows
+    return BenchRow(
+        name=name,
+        inputs=tuple(describe_inputs(inputs)),
+        reference=reference,
+        solution=solution,
+        speedup=sampled.speedup,
+        mode=sampled.mode,
+        stop=sampled.stop,
+        note=note,
+        state=sampled.state,
+        floor_us=floor,
+        launch_bound=launch_bound,
+        spot_checks=fed.spot_checks if fed else None,
+        wall_us=fed.wall_us if fed else None,
+        per_call=fed.per_call if fed else None,
+        host_bound=fed.host_bound if fed else None,
+    )
 
 
 def _spot_checker(
@@ -234,7 +213,7 @@ def _spot_checker(
     return feeding.SpotChecker(check, device, label)
 
 
-def _timer(device: torch.device, settings: Settings, graphed: bool = False) -> timing.Timer:
+def timer_for(device: torch.device, settings: Settings, graphed: bool = False) -> timing.Timer:
     """The timer for `device`: events with the chosen flush, or for graph replays no flush."""
     if settings.timing.mode(device.type) == "wall_clock":
         return timing.WallTimer()
@@ -243,7 +222,7 @@ def _timer(device: torch.device, settings: Settings, graphed: bool = False) -> t
     return timing.CudaTimer(device, settings.timing.flush)
 
 
-def _sample(
+def sample(
     models: dict[str, Any],
     bench: Case,
     seed: int,
@@ -253,16 +232,16 @@ def _sample(
     timer: timing.Timer,
     checker: feeding.SpotChecker | None = None,
     step: passes.Pass | None = None,
-) -> dict[str, Any]:
+) -> tuple[SideBySide, Fed | None]:
     """Sample `models` side by side with `timer` (a graph timer when the calls are graph
-    replays); the row's timing fields. With a `checker`, the solution's timed calls are spot
-    checked and its work cross-checked with a wall clock. With a `step`, each call is that
-    backward pass of its model, on upstream gradients and inputs (harness.measure.passes)."""
-    fed = calls_.make_calls(models, (bench, seed), inputs, device, settings, checker, step)
-    calls, per_call, note = fed
+    replays). With a `checker`, the solution's timed calls are spot checked and its work
+    cross-checked with a wall clock (the Fed part, else None). With a `step`, each call is
+    that backward pass of its model, on upstream gradients and inputs (harness.measure.passes)."""
+    made = calls_.make_calls(models, (bench, seed), inputs, device, settings, checker, step)
+    calls, per_call, note = made
     probe = gpustate.open_probe(device) if device.type == "cuda" else None
     if per_call > 1:
-        timer = _timer(device, settings, graphed=True)
+        timer = timer_for(device, settings, graphed=True)
     after = probe.after if probe else None
     on_gpu = device.type == "cuda" and per_call == 1
     as_kernelbench = on_gpu and settings.checking.profile == kernelbench.PROFILE
@@ -285,41 +264,42 @@ def _sample(
                 time.perf_counter,
                 after,
             )
-    row: dict[str, Any] = {"mode": _method(sampled), "stop": sampled.stop, "note": note}
-    for name, measured in sampled.measurements.items():
-        per_model = tuple(t / per_call for t in measured.times_us)
-        scaled = dataclasses.replace(measured, times_us=per_model)
-        row[name] = codec.encode(scaled)
-    first, second = list(models)
+    sides = {
+        name: dataclasses.replace(measured, times_us=tuple(t / per_call for t in measured.times_us))
+        for name, measured in sampled.measurements.items()
+    }
+    first, second = (sides[name].times_us for name in models)
     ratio = stats.mean_ratio if as_kernelbench else stats.paired_ratio
-    row["speedup"] = codec.encode(ratio(row[first]["times_us"], row[second]["times_us"]))
-    row["state"] = probe.summary() if probe else None
+    state = probe.summary() if probe else None
+    side_by_side = SideBySide(
+        _method(sampled), sampled.stop, note, sides, ratio(first, second), state
+    )
     solution = calls.get("solution")
-    if checker is not None and isinstance(solution, feeding.Feed):
-        row.update(_fed_extras(calls, solution, checker, device, settings, on_gpu, row))
-    return row
+    if checker is None or not isinstance(solution, feeding.Feed):
+        return side_by_side, None
+    fed = _fed(calls, solution, checker, (device, settings, on_gpu), side_by_side)
+    return side_by_side, fed
 
 
-def _fed_extras(
+def _fed(
     calls: dict[str, Any],
     solution: feeding.Feed,
     checker: feeding.SpotChecker,
-    device: torch.device,
-    settings: Settings,
-    on_gpu: bool,
-    row: dict[str, Any],
-) -> dict[str, Any]:
+    where: tuple[torch.device, Settings, bool],
+    sampled: SideBySide,
+) -> Fed:
     """What a row of fed calls gets after its timing: the per-call times (on a GPU), the last
     spot checks, and the wall-clock cross-check for unseen work."""
-    extras: dict[str, Any] = {}
+    device, settings, on_gpu = where
+    per_call, host_bound = None, None
     if on_gpu:
         with part("per_call"):
-            extras.update(percall.measure(calls, device, settings, row["speedup"]["value"]))
+            per_call, host_bound = percall.measure(calls, device, settings, sampled.speedup.value)
     with part("spot_check"):
-        extras["spot_checks"] = _final_checks(solution, checker)
-    host = row["solution"].get("host_us")
-    extras["wall_us"] = check_seen(solution, row["solution"]["median_us"], host, device)
-    return extras
+        spot_checks = _final_checks(solution, checker)
+    timed = sampled.sides["solution"]
+    wall_us = check_seen(solution, timed.median_us, timed.host_us, device)
+    return Fed(spot_checks, wall_us, per_call, host_bound)
 
 
 def _method(sampled: timing.Sampled) -> str:
@@ -339,7 +319,7 @@ def _final_checks(feed: feeding.Feed, checker: feeding.SpotChecker) -> int:
     return checker.checked
 
 
-def _synchronize(device: torch.device) -> None:
+def synchronize(device: torch.device) -> None:
     if device.type == "cuda":
         torch.cuda.synchronize(device)
 

@@ -19,8 +19,9 @@ from pathlib import Path
 from typing import Any
 
 from harness.measure import pch, sourcemap
+from harness.measure.events import BuildEnd, BuildStart
 
-Notify = Callable[..., None]
+Notify = Callable[[BuildStart | BuildEnd], None]
 
 
 class NoCudaToolchain(RuntimeError):
@@ -86,7 +87,7 @@ class BuildWatcher:
                 raise NoCudaToolchain(self.cuda_toolchain)
             modules = _modules(bound.arguments)
             # `found`: a module built before lies in its folder, so this is likely only a load
-            self.notify("build_start", name=current.name, cuda=current.cuda, found=bool(modules))
+            self.notify(BuildStart(current.name, current.cuda, found=bool(modules)))
             self.log_offset = self.log.stat().st_size if self.log and self.log.exists() else 0
             start = time.perf_counter()
             result = original(*bound.args, **bound.kwargs)
@@ -94,9 +95,7 @@ class BuildWatcher:
             current.cached = bool(modules) and _modules(bound.arguments) == modules
             self.builds.append(current)
             self.current = None
-            self.notify(
-                "build_end", name=current.name, seconds=current.seconds, cached=current.cached
-            )
+            self.notify(BuildEnd(current.name, current.seconds, current.cached))
             return result
 
         build.__doc__ = original.__doc__

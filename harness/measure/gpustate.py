@@ -12,6 +12,8 @@ from typing import Any
 
 import torch
 
+from harness.record import GpuState
+
 # Throttle reasons that slow the clock below what the workload asks for. Idle, application
 # clock settings and sync boost are not throttling.
 THROTTLING = {
@@ -58,19 +60,18 @@ class Probe:
         """Record a reading for the `samples` just taken (the sampler's after_batch hook)."""
         self.log.append((samples, self.read()))
 
-    def summary(self) -> dict[str, Any] | None:
+    def summary(self) -> GpuState | None:
         """Clock and temperature ranges over the log, and how many samples were throttled."""
         if not self.log:
             return None
         readings = [r for _, r in self.log]
-        reasons = sorted({name for r in readings for name in r.throttled})
-        return {
-            "sm_mhz": [min(r.sm_mhz for r in readings), max(r.sm_mhz for r in readings)],
-            "temp_c": [min(r.temp_c for r in readings), max(r.temp_c for r in readings)],
-            "throttled_samples": sum(n for n, r in self.log if r.throttled),
-            "samples": sum(n for n, _ in self.log),
-            "reasons": reasons,
-        }
+        return GpuState(
+            sm_mhz=(min(r.sm_mhz for r in readings), max(r.sm_mhz for r in readings)),
+            temp_c=(min(r.temp_c for r in readings), max(r.temp_c for r in readings)),
+            throttled_samples=sum(n for n, r in self.log if r.throttled),
+            samples=sum(n for n, _ in self.log),
+            reasons=tuple(sorted({name for r in readings for name in r.throttled})),
+        )
 
 
 def open_probe(device: torch.device) -> Probe | None:

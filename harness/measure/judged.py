@@ -10,11 +10,10 @@ harness.measure.worker) answer in fields of their own: `audits`, `ceiling`, `com
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
 
 from harness import status
 from harness.measure.audit import Audited
-from harness.record import BenchRow, Build, Ceiling, Machine
+from harness.record import BenchRow, Build, Ceiling, CompiledRow, Machine
 
 
 @dataclass(frozen=True)
@@ -41,8 +40,7 @@ class Judged:
     ray_log: bytes | None = None  # the end of its log, on its way back from a Ray host
     audits: dict[str, Audited] | None = None  # task "audit": by problem
     ceiling: Ceiling | None = None  # task "ceiling"
-    # task "compile_baseline": its rows, as harness.results.baselines keeps them
-    compile_rows: tuple[dict[str, Any], ...] = ()
+    compile_rows: tuple[CompiledRow, ...] = ()  # task "compile_baseline"
 
     @property
     def ok(self) -> bool:

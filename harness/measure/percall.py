@@ -21,7 +21,7 @@ from typing import Any
 
 import torch
 
-from harness import codec, stats, status
+from harness import stats, status
 from harness.measure import timing
 from harness.measure.checking import guard
 from harness.measure.timing import Call, L2Flush, prepare_call, warm_call
@@ -74,20 +74,17 @@ def per_call_rule(rule: StopRule) -> StopRule:
 
 def measure(
     calls: dict[str, Any], device: torch.device, settings: Settings, device_speedup: float
-) -> dict[str, Any]:
+) -> tuple[PerCall, str | None]:
     """The row's per-call times: each call timed from an idle device, host included
-    (PerCallTimer), side by side under per_call_rule; their speedup, and which
-    side is host-bound where the two speedups part by more than HOST_BOUND_GAP."""
+    (PerCallTimer), side by side under per_call_rule, with their speedup; and which side is
+    host-bound where the two speedups part by more than HOST_BOUND_GAP (else None)."""
     timer = PerCallTimer(device, settings.timing.flush)
     rule = per_call_rule(settings.timing.rule)
     with torch.no_grad():
         sampled = guard(status.RUNTIME_ERROR, "per-call timing", timing.sample, calls, timer, rule)
     reference, solution = sampled.measurements["reference"], sampled.measurements["solution"]
     speedup = stats.paired_ratio(reference.times_us, solution.times_us)
-    return {
-        "per_call": codec.encode(PerCall(reference, solution, speedup)),
-        "host_bound": host_bound(device_speedup, speedup.value),
-    }
+    return PerCall(reference, solution, speedup), host_bound(device_speedup, speedup.value)
 
 
 def host_bound(device_speedup: float, per_call_speedup: float) -> str | None:

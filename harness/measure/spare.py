@@ -16,11 +16,12 @@ from typing import Any
 
 from harness import toolchain
 from harness.measure import worker
+from harness.measure.events import Warm, Warmed
 
 
 def waiting(jobs: Any, conn: Any) -> None:
-    """The spare's entry point: messages on `jobs` are {"warm": DEVICE}, answered with a
-    "warmed" message on `conn`, then the Job; the same pipe is the job's gate. A parent that
+    """The spare's entry point: messages on `jobs` are Warm, answered with Warmed on `conn`,
+    then the Job; the same pipe is the job's gate. A parent that
     closes the pipe without a job ends it quietly."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
@@ -35,8 +36,8 @@ def waiting(jobs: Any, conn: Any) -> None:
             message = jobs.recv()
         except (EOFError, OSError):
             return
-        if isinstance(message, dict) and "warm" in message:
-            conn.send({"kind": "warmed", "error": warm(message["warm"])})
+        if isinstance(message, Warm):
+            conn.send(Warmed(warm(message.device)))
             continue
         worker.STARTED_AHEAD = True
         worker.entry(message, conn, jobs)

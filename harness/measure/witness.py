@@ -3,8 +3,8 @@
     python -m harness.measure.witness SPEC.json INDEX
 
 harness.run.ncu has ncu launch this process with profiling off from the start; the one call
-made between cudaProfilerStart and cudaProfilerStop is the one counted. SPEC.json holds what a
-worker's Job holds (problem, reference, solution, content hash, settings). The solution loads
+made between cudaProfilerStart and cudaProfilerStop is the one counted. SPEC.json is the
+solution's worker Job (harness.codec's form). The solution loads
 from the build cache its worker filled, and the benchmark's models and inputs come from the
 seeds its timing used, so the call counted is one the timing made. One call before it, not
 counted, pays for lazy initialisation (cuBLAS handles, first-use allocations).
@@ -15,7 +15,6 @@ from __future__ import annotations
 import json
 import sys
 from pathlib import Path
-from typing import Any
 
 import torch
 
@@ -24,14 +23,11 @@ from harness.inputs import Seeds, make_inputs
 from harness.loading import import_file
 from harness.measure.checking import build_models
 from harness.measure.worker import Job, setup
-from harness.settings import Settings
 
 
-def count_one_call(spec: dict[str, Any], index: int) -> None:
+def count_one_call(job: Job, index: int) -> None:
     """Make benchmark `index`'s call once untimed, then once between the profiler's marks."""
-    settings = codec.decode(Settings, spec["settings"])
-    named = {key: spec[key] for key in ("problem", "reference", "solution", "content_hash")}
-    job = Job(**named, log_path="", settings=settings)
+    settings = job.settings
     problem, device = setup(job)  # as the worker that timed it: TF32 off, the same build folder
     model_new = import_file(Path(job.solution)).ModelNew
     bench = problem.benchmarks[index]
@@ -48,4 +44,5 @@ def count_one_call(spec: dict[str, Any], index: int) -> None:
 
 
 if __name__ == "__main__":
-    count_one_call(json.loads(Path(sys.argv[1]).read_text(encoding="utf-8")), int(sys.argv[2]))
+    spec = json.loads(Path(sys.argv[1]).read_text(encoding="utf-8"))
+    count_one_call(codec.decode(Job, spec), int(sys.argv[2]))

@@ -44,12 +44,14 @@ from harness.errors import UserError, Verdict
 from harness.inputs import Seeds
 from harness.loading import Problem, import_file, load_problem
 from harness.measure import audit, integrity, kernelbench, profiling, roofline
-from harness.measure.benchmarking import compile_baseline, time_benchmarks
+from harness.measure.benchmarking import time_benchmarks
 from harness.measure.builds import BuildWatcher, NoCudaToolchain
 from harness.measure.checking import check_cases, describe_error
+from harness.measure.compiled import compile_baseline
+from harness.measure.events import Count, Done, Event, OnCase, Phase, ReadyToTime
 from harness.measure.judged import Judged, failure, harness_failure
 from harness.parts import PARTS, part
-from harness.record import Build, Ceiling
+from harness.record import Build
 from harness.settings import KERNELBENCH, Settings
 from harness.toolchain import find_cuda_home, use_build_cache
 
@@ -70,7 +72,7 @@ class Job:
     sources: tuple[tuple[str, str], ...] = ()
 
 
-Send = Callable[..., None]
+Send = Callable[[Event], None]
 REFERENCE_TASKS = ("compile_baseline", "audit", "ceiling")
 STARTED_AHEAD = False  # set in a spare worker (harness.measure.spare), said in its log
 
@@ -110,20 +112,18 @@ def main(job: Job, conn: Any, gate: Any = None) -> None:
     its device (harness.run.pool's spare workers warm up before, never during, a timing)."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the parent's to handle
 
-    def send(kind: str, **data: Any) -> None:
-        if gate is not None and kind == "phase" and data.get("phase") == "time":
-            conn.send({"kind": "ready_to_time"})
+    def send(event: Event) -> None:
+        if gate is not None and event == Phase("time"):
+            conn.send(ReadyToTime())
             with contextlib.suppress(EOFError, OSError):  # a parent gone: PDEATHSIG ends this
                 gate.recv()
-        conn.send({"kind": kind, **data})
+        conn.send(event)
 
     try:
         log = _redirect_output(job.log_path)
     except OSError as err:  # the harness's folder, not the solution: no verdict on it
         why = err.strerror or str(err)
-        send(
-            "result", judged=harness_failure(f"cannot write the worker's log {job.log_path}: {why}")
-        )
+        send(Done(harness_failure(f"cannot write the worker's log {job.log_path}: {why}")))
         conn.close()
         return
     faulthandler.enable(log)
@@ -136,7 +136,7 @@ def main(job: Job, conn: Any, gate: Any = None) -> None:
     print(f"result: {judged.status}: {judged.detail}", flush=True)
     if judged.parts_s:
         print(f"parts (s): {judged.parts_s}", flush=True)
-    send("result", judged=judged)
+    send(Done(judged))
     conn.close()
 
 
@@ -157,7 +157,7 @@ def run(job: Job, send: Send) -> Judged:
     watcher: BuildWatcher | None = None
     started = False  # whether any of the solution's code has run
     try:
-        send("phase", phase="load")
+        send(Phase("load"))
         problem, device = setup(job)
         if job.task in REFERENCE_TASKS:
             return reference_task(job, problem, device, send)
@@ -171,15 +171,15 @@ def run(job: Job, send: Send) -> Judged:
         snapshot.verify("when the solution was imported")
         device = _device_for(device, watcher)
         result["device"] = str(device)
-        send("phase", phase="check")
+        send(Phase("check"))
         checking, told = job.settings.checking, _teller(send)
-        counted = lambda done, total: send("progress", done=done, total=total)  # noqa: E731
+        counted = lambda done, total: send(Count(done, total))  # noqa: E731
         result["checks"] = check_cases(problem, model_new, device, checking, told, counted)
         snapshot.verify("during the checks")
         if checking.check_only:
             result["detail"] = "checked only, not timed (--check-only)"
         else:
-            send("phase", phase="time")
+            send(Phase("time"))
             result["benchmarks"] = tuple(
                 time_benchmarks(problem, model_new, device, job.settings, told, counted)
             )
@@ -209,14 +209,14 @@ def reference_task(job: Job, problem: Problem, device: torch.device, send: Send)
     the job's problems ("audits", by problem: harness.measure.audit.audit_each), the
     copy-bandwidth ceiling ("ceiling") and the torch.compile baseline ("compile_rows")."""
     if job.task == "audit":
-        send("phase", phase="check")
+        send(Phase("check"))
         sources = job.sources or ((job.problem, job.reference),)
         return Judged(
             status.OK, audits=audit.audit_each(sources, device, job.settings.checking.tolerance)
         )
-    send("phase", phase="time")
+    send(Phase("time"))
     if job.task == "ceiling":
-        return Judged(status.OK, ceiling=Ceiling(**roofline.measure_copy(device)))
+        return Judged(status.OK, ceiling=roofline.measure_copy(device))
     with part("baseline"):
         rows = tuple(compile_baseline(problem, device, job.settings))
     return Judged(status.OK, compile_rows=rows)
@@ -230,7 +230,7 @@ def build_only(job: Job, send: Send) -> Judged:
     imports it again (harness.run.scheduler)."""
     result: dict[str, Any] = {"status": status.OK}  # Judged's fields, as they are found
     settings = job.settings
-    send("phase", phase="load")
+    send(Phase("load"))
     device = torch.device(settings.device)
     watcher = _watcher(job, device, send)
     started = False  # whether any of the solution's code has run
@@ -262,9 +262,9 @@ def _builds(watcher: BuildWatcher) -> dict[str, Any]:
 
 
 def _teller(send: Send) -> Callable[[str], None]:
-    """Tells the parent the name of each case or benchmark as it starts (a "case" message),
+    """Tells the parent the name of each case or benchmark as it starts (OnCase),
     so a failure, a crash too, can be replayed on that case alone."""
-    return lambda name: send("case", name=name)
+    return lambda name: send(OnCase(name))
 
 
 def _escaped(err: BaseException, solution: Path, started: bool) -> Judged:

@@ -12,60 +12,99 @@ is what makes that speedup paired.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from harness import codec, files, stats
-from harness.record import BenchRow, CompileBaseline, Measurement
+from harness.record import BenchRow, CompileBaseline, CompiledRow
 from harness.stats import Interval
 
 LOG_NAME = "baselines.jsonl"
 
 
-def cached(folder: Path, wanted: dict[str, Any]) -> list[dict[str, Any]]:
-    """Recorded baselines of `wanted`'s problem, reference, GPU, torch and mode, newest last."""
-    fields = ("problem", "reference_hash", "mode", "gpu", "torch")
-    return [
-        entry
-        for entry in files.read(folder, LOG_NAME)
-        if all(str(entry.get(f)) == str(wanted.get(f)) for f in fields)
-        and entry.get("flush", "read") == wanted.get("flush", "read")
-    ]
+@dataclass(frozen=True)
+class BaselineKey:
+    """What a compile baseline is cached under. On disk `mode` is the row's own timer."""
+
+    problem: str
+    reference_hash: str
+    mode: str | None
+    flush: str = "read"
+    gpu: str | None = None
+    torch: str | None = None
 
 
-def store(folder: Path, context: dict[str, Any], rows: list[dict[str, Any]]) -> None:
-    """Append each benchmark row of a baseline job, with `context` (the key and the run)."""
-    for row in rows:
-        files.append(folder, {**context, **row}, LOG_NAME)  # the row's own mode wins
+@dataclass(frozen=True)
+class MeasuredBy:
+    """The run that measured a baseline: its id, when (ISO 8601), and the GPU's driver."""
+
+    run_id: str | None = None
+    time: str | None = None
+    driver: str | None = None
+
+
+@dataclass(frozen=True)
+class Baseline:
+    """One line of baselines.jsonl: a shape's compile baseline with its key and its run (on
+    disk one flat object: the key's, the run's and the row's fields, the row's mode winning)."""
+
+    key: BaselineKey
+    by: MeasuredBy
+    row: CompiledRow
+
+
+def read(folder: Path) -> list[Baseline]:
+    """Every baseline recorded in `folder`, oldest first; a line that is not one is skipped."""
+    found = []
+    for line in files.read(folder, LOG_NAME):
+        try:
+            key, by = codec.decode(BaselineKey, line), codec.decode(MeasuredBy, line)
+            found.append(Baseline(key, by, codec.decode(CompiledRow, line)))
+        except (TypeError, ValueError):
+            continue
+    return found
+
+
+def cached(folder: Path, wanted: BaselineKey) -> list[Baseline]:
+    """Recorded baselines of `wanted`'s problem, reference, timer, flush, GPU and torch."""
+    return [baseline for baseline in read(folder) if baseline.key == wanted]
+
+
+def store(folder: Path, measured: list[Baseline]) -> None:
+    """Append each baseline, one line each."""
+    for baseline in measured:
+        files.append(folder, flat(baseline), LOG_NAME)
+
+
+def flat(baseline: Baseline) -> dict[str, Any]:
+    """A baseline as its line of baselines.jsonl."""
+    parts = (baseline.key, baseline.by, baseline.row)
+    return {k: v for part in parts for k, v in codec.encode(part).items()}
 
 
 def versus(
-    row: BenchRow, entries: list[dict[str, Any]], run_id: str
+    row: BenchRow, entries: list[Baseline], run_id: str
 ) -> tuple[CompileBaseline | None, Interval | None]:
     """The compile baseline of a solution's benchmark row, from the newest entry of the same
     shape and timer, and the row's speedup over it; (None, None) when there is none, and no
     speedup over a compiled reference that gave a wrong answer. `run_id` is this run's, so a
     baseline measured by an earlier run reads as cached."""
-    matching = [
-        e
-        for e in entries
-        if e.get("name") == row.name
-        and tuple(e.get("inputs") or ()) == row.inputs
-        and e.get("mode") == row.mode
-    ]
+    shape = (row.name, row.inputs, row.mode)
+    matching = [e for e in entries if (e.row.name, e.row.inputs, e.row.mode) == shape]
     if not matching:
         return None, None
     entry = matching[-1]
-    compiled = codec.decode(Measurement, entry["compiled"])
+    compiled = entry.row.compiled
     interval = compiled.interval
     baseline = CompileBaseline(
         median_us=compiled.median_us,
         median_low_us=interval.low,
         median_high_us=interval.high,
-        compile_s=entry.get("compile_s"),
-        cached=entry.get("run_id") != run_id,
-        measured_at=entry.get("time"),
-        mismatch=entry.get("mismatch"),
+        compile_s=entry.row.compile_s,
+        cached=entry.by.run_id != run_id,
+        measured_at=entry.by.time,
+        mismatch=entry.row.mismatch,
     )
     if baseline.mismatch:  # a wrong answer is no baseline: no speedup over it
         return baseline, None

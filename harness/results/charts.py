@@ -9,6 +9,7 @@ rewrites to the same bytes and diffs stay quiet. matplotlib is optional: without
 from __future__ import annotations
 
 import io
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -22,8 +23,19 @@ BAR_HEIGHT_IN = 0.32  # figure inches per bar
 MARGIN_IN = 1.4  # figure inches for title and axis
 
 
-def chart_bars(problem_records: list[RunRecord]) -> list[dict[str, Any]]:
-    """One bar per (solution, shape) of the ok records: label, shape, value, low, high."""
+@dataclass(frozen=True)
+class Bar:
+    """One bar of a chart: a solution's speedup on one shape, with its 95% interval."""
+
+    label: str
+    shape: str
+    value: float
+    low: float
+    high: float
+
+
+def chart_bars(problem_records: list[RunRecord]) -> list[Bar]:
+    """One bar per (solution, shape) of the ok records."""
     bars = []
     for record in problem_records:
         if record.status != status.OK:
@@ -33,18 +45,18 @@ def chart_bars(problem_records: list[RunRecord]) -> list[dict[str, Any]]:
             speedup = report.bench_speedup(bench)
             shape = report.bench_label(bench)
             bars.append(
-                {
-                    "label": f"{record.solution}{mark}  {shape}",
-                    "shape": shape,
-                    "value": speedup.value,
-                    "low": min(speedup.low, speedup.value),
-                    "high": max(speedup.high, speedup.value),
-                }
+                Bar(
+                    label=f"{record.solution}{mark}  {shape}",
+                    shape=shape,
+                    value=speedup.value,
+                    low=min(speedup.low, speedup.value),
+                    high=max(speedup.high, speedup.value),
+                )
             )
     return bars
 
 
-def render_svg(problem: str, gpu: str, bars: list[dict[str, Any]]) -> str:
+def render_svg(problem: str, gpu: str, bars: list[Bar]) -> str:
     """The chart as SVG text; raises ImportError without matplotlib."""
     import matplotlib
     from matplotlib.backends.backend_agg import FigureCanvasAgg
@@ -60,16 +72,13 @@ def render_svg(problem: str, gpu: str, bars: list[dict[str, Any]]) -> str:
     return buffer.getvalue()
 
 
-def _draw(axes: Any, problem: str, gpu: str, bars: list[dict[str, Any]]) -> None:
+def _draw(axes: Any, problem: str, gpu: str, bars: list[Bar]) -> None:
     """Bars from 1x to each speedup (first at the top), interval whiskers, a line at 1x."""
-    shapes = list(dict.fromkeys(bar["shape"] for bar in bars))
-    colours = [f"C{shapes.index(bar['shape']) % 10}" for bar in bars]
+    shapes = list(dict.fromkeys(bar.shape for bar in bars))
+    colours = [f"C{shapes.index(bar.shape) % 10}" for bar in bars]
     ys = list(range(len(bars)))
-    values = [bar["value"] for bar in bars]
-    errors = [
-        [v - bar["low"] for v, bar in zip(values, bars, strict=True)],
-        [bar["high"] - v for v, bar in zip(values, bars, strict=True)],
-    ]
+    values = [bar.value for bar in bars]
+    errors = [[bar.value - bar.low for bar in bars], [bar.high - bar.value for bar in bars]]
     axes.barh(ys, [v - 1 for v in values], left=1, color=colours, height=0.7)
     axes.errorbar(values, ys, xerr=errors, fmt="none", ecolor="black", capsize=3, linewidth=1)
     for y, value in zip(ys, values, strict=True):
@@ -79,9 +88,9 @@ def _draw(axes: Any, problem: str, gpu: str, bars: list[dict[str, Any]]) -> None
     axes.axvline(1, color="black", linewidth=1)
     axes.set_xscale("log")
     axes.xaxis.set_major_formatter(lambda value, _: f"{value:g}x")
-    lows, highs = [bar["low"] for bar in bars], [bar["high"] for bar in bars]
+    lows, highs = [bar.low for bar in bars], [bar.high for bar in bars]
     axes.set_xlim(min(*lows, 1) / 1.5, max(*highs, 1) * 1.5)
-    axes.set_yticks(ys, [bar["label"] for bar in bars])
+    axes.set_yticks(ys, [bar.label for bar in bars])
     axes.invert_yaxis()
     axes.set_xlabel("speedup over eager PyTorch (log scale; whiskers: 95% interval)")
     axes.set_title(f"{problem} on {gpu}")

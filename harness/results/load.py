@@ -1,4 +1,4 @@
-"""How busy the machine was as a solution's run began (harness.run.machine.load records it), and
+"""How busy the machine was as a solution's run began (harness.run.machine.loaded records it), and
 when a timed row is flagged for it.
 
 A row timed on the CPU is flagged when the 1-minute load average was above the host's CPU count

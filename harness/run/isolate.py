@@ -25,15 +25,23 @@ from typing import Any
 
 from harness import status
 from harness.measure import worker
+from harness.measure.events import (
+    BuildEnd,
+    BuildStart,
+    Done,
+    Event,
+    OnCase,
+    Phase,
+    ReadyToTime,
+    Tick,
+    Warm,
+)
 from harness.measure.judged import Judged, failure, harness_failure
 from harness.measure.spare import waiting
 from harness.settings import Limits
 
 POLL_S = 0.25  # how often the parent looks at the worker
 JOIN_S = 10.0  # how long a finished worker may take to exit
-
-
-Event = dict[str, Any]
 
 
 class Spare:
@@ -56,7 +64,7 @@ class Spare:
 
     def warm(self, device: str) -> None:
         """Have it start CUDA on `device` now (the slot's job is not timing yet)."""
-        self.jobs.send({"warm": device})
+        self.jobs.send(Warm(device))
         self.warming = True
 
     def wait_warm(self, limit_s: float) -> None:
@@ -66,7 +74,7 @@ class Spare:
             return
         if self.receiver.poll(limit_s):
             with contextlib.suppress(EOFError, OSError):
-                self.receiver.recv()  # its "warmed": nothing else comes before a job
+                self.receiver.recv()  # its Warmed: nothing else comes before a job
                 self.warming = False
                 return
         self.close()
@@ -104,7 +112,7 @@ def run_isolated(
     log = Path(job.log_path)
 
     def opened(event: Event) -> None:
-        if event.get("kind") == "ready_to_time":
+        if isinstance(event, ReadyToTime):
             if before_timing is not None:
                 before_timing()
             gate.send("go")
@@ -158,18 +166,17 @@ def _watch(
                 message = receiver.recv()
             except (EOFError, OSError):
                 return at(_died(process, log, phase))
-            kind = message.get("kind")
-            if kind == "result":
-                return at(message["judged"])
-            if kind == "phase":
+            if isinstance(message, Done):
+                return at(message.judged)
+            if isinstance(message, Phase):
                 now = time.monotonic()
                 count(now)
-                phase, phase_start, entered, case = message["phase"], now, now, None
-            elif kind == "case":
-                case = message["name"]
-            elif kind == "build_start":
+                phase, phase_start, entered, case = message.phase, now, now, None
+            elif isinstance(message, OnCase):
+                case = message.name
+            elif isinstance(message, BuildStart):
                 build_start = time.monotonic()
-            elif kind == "build_end":
+            elif isinstance(message, BuildEnd):
                 build_start, phase_start = None, time.monotonic()
             on_event(message)
         elif not process.is_alive():
@@ -196,15 +203,7 @@ def _tick(
     """The event a watched worker's step sends each poll: how long it has run, its limit and
     the flag that sets it (`limit`), and the case a check is on."""
     seconds, flag = limit
-    return {
-        "kind": "tick",
-        "phase": phase,
-        "building": building,
-        "elapsed": elapsed,
-        "limit": seconds,
-        "flag": flag,
-        "case": case,
-    }
+    return Tick(phase, building, elapsed, seconds, flag, case)
 
 
 def _timed_out(step: str, limit: float, case: str | None, flag: str) -> Judged:

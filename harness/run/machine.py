@@ -8,52 +8,53 @@ import platform
 import re
 import socket
 import subprocess
+from dataclasses import replace
 from pathlib import Path
-from typing import Any
 
 import torch
 
 from harness.measure import gpustate
+from harness.record import Machine
 
 
-def describe(device: torch.device, repo: Path) -> dict[str, Any]:
+def describe(device: torch.device, repo: Path) -> Machine:
     """GPU, driver, CUDA, torch, Python, host, commit and time: what a reader needs to trust."""
-    info: dict[str, Any] = {
-        "device": str(device),
-        "gpu": None,
-        "torch": torch.__version__,
-        "cuda": torch.version.cuda,
-        "python": platform.python_version(),
-        "platform": platform.platform(),
-        "cpu": _cpu_model(),
-        "host": socket.gethostname(),
-        "commit": _commit(repo),
-        "time": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-    }
-    if device.type == "cuda":
-        props = torch.cuda.get_device_properties(device)
-        info.update(
-            gpu=props.name,
-            capability=f"{props.major}.{props.minor}",
-            sm_count=props.multi_processor_count,
-            l2_bytes=props.L2_cache_size,
-            memory_bytes=props.total_memory,
-            driver=_driver_version(),
-        )
-    return info
+    info = Machine(
+        device=str(device),
+        torch=torch.__version__,
+        cuda=torch.version.cuda,
+        python=platform.python_version(),
+        platform=platform.platform(),
+        cpu=_cpu_model(),
+        host=socket.gethostname(),
+        commit=_commit(repo),
+        time=datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+    )
+    if device.type != "cuda":
+        return info
+    props = torch.cuda.get_device_properties(device)
+    return replace(
+        info,
+        gpu=props.name,
+        capability=f"{props.major}.{props.minor}",
+        sm_count=props.multi_processor_count,
+        l2_bytes=props.L2_cache_size,
+        memory_bytes=props.total_memory,
+        driver=_driver_version(),
+    )
 
 
-def load(device: torch.device) -> dict[str, Any]:
-    """How busy the machine is now, for the record of the solution about to run: the 1-minute
-    load average, the host's CPU count and, on a GPU where NVML is available, how many processes
-    other than this one and its workers hold a context on it. Each is None where it cannot be
-    read."""
+def loaded(described: Machine, device: torch.device) -> Machine:
+    """`described`, with how busy the machine is now, for the record of the solution about to
+    run: the 1-minute load average, the host's CPU count and, on a GPU where NVML is available,
+    how many processes other than this one and its workers hold a context on it. Each is None
+    where it cannot be read."""
     try:
         load_1m: float | None = round(os.getloadavg()[0], 2)
     except (AttributeError, OSError):  # not on every platform
         load_1m = None
     others = gpustate.other_processes(device, _ours()) if device.type == "cuda" else None
-    return {"load_1m": load_1m, "cpu_count": os.cpu_count(), "gpu_processes": others}
+    return replace(described, load_1m=load_1m, cpu_count=os.cpu_count(), gpu_processes=others)
 
 
 def _ours() -> set[int]:
@@ -74,9 +75,9 @@ def _ours() -> set[int]:
     return ours
 
 
-def slug(info: dict[str, Any]) -> str:
+def slug(info: Machine) -> str:
     """Folder name for a machine's results: the GPU's name ('nvidia-h200'), or 'cpu'."""
-    name = info.get("gpu") or "cpu"
+    name = info.gpu or "cpu"
     return re.sub(r"[^a-z0-9]+", "-", name.lower()).strip("-")
 
 

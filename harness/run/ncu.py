@@ -25,9 +25,9 @@ import sys
 from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
-from typing import Any
 
 from harness import codec, toolchain
+from harness.measure.worker import Job
 from harness.record import BenchRow, Witness
 from harness.settings import REPO, Settings
 
@@ -100,13 +100,13 @@ def parse(report: str) -> Witness:
 def witness_rows(
     settings: Settings,
     device: str,
-    spec: dict[str, Any],
+    spec: Job,
     rows: list[BenchRow],
     log: Path,
     note: Callable[[str], None],
 ) -> tuple[list[BenchRow], list[str]]:
     """`rows` with what ncu counted for each benchmark's call, and warnings for what it could
-    not count. `device` is where the solution ran, `spec` what to run (see
+    not count. `device` is where the solution ran, `spec` the job to run once (by
     harness.measure.witness); ncu's own output and the call's go to `log`."""
     if not device.startswith("cuda"):
         return rows, ["ncu witness skipped: the solution ran on the CPU"]
@@ -115,7 +115,7 @@ def witness_rows(
         return rows, ["ncu witness skipped: no ncu (Nsight Compute) on PATH or in CUDA_HOME/bin"]
     log.parent.mkdir(parents=True, exist_ok=True)
     spec_path = log.with_suffix(".ncu.json")
-    spec_path.write_text(json.dumps({**spec, "settings": codec.encode(settings)}), encoding="utf-8")
+    spec_path.write_text(json.dumps(codec.encode(spec)), encoding="utf-8")
     witnessed, warnings = [], []
     index = -1  # the benchmark's place among the forward rows
     for row in rows:

@@ -14,20 +14,17 @@ import os
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
-from typing import Any
 
 import torch
 
-from harness import codec
 from harness.errors import UserError
+from harness.measure.events import Event, OnEvent, Phase
 from harness.measure.judged import Judged
 from harness.measure.worker import Job
 from harness.record import Machine
 from harness.run import isolate, machine, plants
 from harness.settings import REPO
 
-Event = dict[str, Any]
-OnEvent = Callable[[Event], None]
 COMPILES_PER_BUILD = "2"  # MAX_JOBS: the compile steps one build runs at once (ninja -j)
 WARM_S = 60.0  # how long a job's timing waits for the next job's spare to warm up
 
@@ -63,13 +60,13 @@ class LocalSlot:
     def __init__(self, device: str) -> None:
         self.device = device
         self.name = device
-        self._described: dict[str, Any] | None = None
+        self._described: Machine | None = None
         # On a GPU, the next job's worker starts while this one runs: its imports then cost
         # the slot nothing. Not on a CPU, where it would share the cores a timing runs on.
         self.spares = device != "cpu"
         self._spare: isolate.Spare | None = None
 
-    def machine(self) -> dict[str, Any]:
+    def machine(self) -> Machine:
         """The machine as this slot's device sees it (GPU, driver, host...), read once."""
         if self._described is None:
             self._described = machine.describe(torch.device(self.device), REPO)
@@ -79,13 +76,12 @@ class LocalSlot:
         """Run `job` on this slot's device; the result carries the machine and its load as the
         job began (`machine`). `more`: whether another job may follow, for which a spare
         worker starts (the run's last job does not wait for a spare that nothing would use)."""
-        busy = machine.load(torch.device(self.device))
+        where = machine.loaded(self.machine(), torch.device(self.device))
         spare, self._spare = self._spare, None
         if self.spares and more:
             on_event = self._starting_spare(on_event)
         job = on_device(job, self.device)
         result = execute(job, folders, on_event, spare, self._spare_warmed)
-        where = codec.decode(Machine, {**self.machine(), **busy})
         return dataclasses.replace(result, machine=where)
 
     def _starting_spare(self, on_event: OnEvent) -> OnEvent:
@@ -94,7 +90,7 @@ class LocalSlot:
         waits for the spare to be warm (`_spare_warmed`)."""
 
         def seen(event: Event) -> None:
-            if self._spare is None and event.get("kind") == "phase":
+            if self._spare is None and isinstance(event, Phase):
                 self._spare = isolate.Spare()
                 self._spare.warm(self.device)
             on_event(event)

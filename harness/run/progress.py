@@ -10,9 +10,11 @@ from __future__ import annotations
 import sys
 import threading
 import time
-from typing import Any, TextIO
+from typing import TextIO
 
 from tqdm import tqdm
+
+from harness.measure.events import BuildEnd, BuildStart, Count, Event, Phase, Tick
 
 QUIET_S = 30.0  # without a terminal, how often a long step says it is still going
 HINT_S = 20.0  # a step running this long says what stops it and which flag sets that
@@ -43,26 +45,25 @@ class Progress:
         self.doing, self.last_shown = PHASE_WORDS["start"], time.monotonic()
         self._show(self.doing, 0.0, force=self.live)
 
-    def event(self, event: dict[str, Any]) -> None:
-        kind = event.get("kind")
-        if kind == "phase":  # on a terminal at once; in a log only if the step lasts
+    def event(self, event: Event) -> None:
+        if isinstance(event, Phase):  # on a terminal at once; in a log only if the step lasts
             self._close_bar()
-            self.doing, self.count = PHASE_WORDS.get(event["phase"], event["phase"]), ""
+            self.doing, self.count = PHASE_WORDS.get(event.phase, event.phase), ""
             self._show(self.doing, 0.0, force=self.live)
-        elif kind == "progress":
-            self._count(event["done"], event["total"])
-        elif kind == "build_start":
-            self._show(_building(event, event.get("name") in self.built_here), 0.0, force=True)
-        elif kind == "build_end":
-            name = event.get("name")
-            if name in self.built_here and event.get("cached"):
+        elif isinstance(event, Count):
+            self._count(event.done, event.total)
+        elif isinstance(event, BuildStart):
+            self._show(_building(event, event.name in self.built_here), 0.0, force=True)
+        elif isinstance(event, BuildEnd):
+            name = event.name
+            if name in self.built_here and event.cached:
                 pass  # built by this run a line above, and now only loaded: nothing new to say
-            elif event.get("cached"):  # nothing was compiled: claim no build
+            elif event.cached:  # nothing was compiled: claim no build
                 self._line(f"{self.prefix}: loaded {name} from the build cache")
             else:
-                self._line(f"{self.prefix}: built {name} in {event['seconds']:.1f} s")
-        elif kind == "tick" and self.bar is None:
-            self._show(self.doing, event["elapsed"], *_waiting(event))
+                self._line(f"{self.prefix}: built {name} in {event.seconds:.1f} s")
+        elif isinstance(event, Tick) and self.bar is None:
+            self._show(self.doing, event.elapsed, *_waiting(event))
 
     def finish(self, summary: str) -> None:
         self._close_bar()
@@ -119,22 +120,22 @@ class Progress:
             self.stream.flush()
 
 
-def _waiting(event: dict[str, Any]) -> tuple[str, str]:
+def _waiting(event: Tick) -> tuple[str, str]:
     """What a tick adds to its step's line: ', case NAME' while a check is on a case, and what
     stops the step and which flag sets that ('' for each where it does not apply)."""
-    case = event.get("case")
-    on_case = f", case {case!r}" if case is not None and event.get("phase") == "check" else ""
-    limit, flag = event.get("limit"), event.get("flag")
+    case = event.case
+    on_case = f", case {case!r}" if case is not None and event.phase == "check" else ""
+    limit, flag = event.limit, event.flag
     hint = f"(stopped at {limit:g} s; {flag} SECONDS sets that)" if limit and flag else ""
     return on_case, hint
 
 
-def _building(event: dict[str, Any], built_here: bool = False) -> str:
+def _building(event: BuildStart, built_here: bool = False) -> str:
     """What a build that starts is doing: loading from the cache where its module was found
     there (the end says whether it was), else building."""
-    language = "CUDA" if event.get("cuda") else "C++"
-    if event.get("found") and built_here:
-        return f"loading {language} extension {event.get('name')} (built above)"
-    if event.get("found"):
-        return f"loading {language} extension {event.get('name')} from the build cache"
-    return f"building {language} extension {event.get('name')}"
+    language = "CUDA" if event.cuda else "C++"
+    if event.found and built_here:
+        return f"loading {language} extension {event.name} (built above)"
+    if event.found:
+        return f"loading {language} extension {event.name} from the build cache"
+    return f"building {language} extension {event.name}"

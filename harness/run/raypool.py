@@ -40,9 +40,11 @@ from typing import Any
 
 from harness import toolchain
 from harness.errors import HarnessError, UserError
+from harness.measure.events import Event, OnEvent, Tick
 from harness.measure.judged import Judged
 from harness.measure.worker import Job
-from harness.run.pool import COMPILES_PER_BUILD, LocalSlot, OnEvent, execute
+from harness.record import Machine
+from harness.run.pool import COMPILES_PER_BUILD, LocalSlot, execute
 from harness.settings import REPO
 
 INSTALL = "pip install -r requirements-ray.txt"
@@ -151,9 +153,9 @@ class RayPool:
         self._build_task = ray.remote(num_cpus=1, num_returns=2, max_retries=0)(build_remotely)
         self.slots = self._start_judges()
         self.device: str = self.slots[0].device
-        gpu = self.slots[0].machine.get("capability")
+        gpu = self.slots[0].machine.capability
         self.capability = tuple(int(p) for p in gpu.split(".")) if gpu else None
-        slots, hosts = len(self.slots), len({slot.machine.get("host") for slot in self.slots})
+        slots, hosts = len(self.slots), len({slot.machine.host for slot in self.slots})
         print(f"ray: {slots} judge(s) on {hosts} host(s), on {self.device}", file=sys.stderr)
 
     def _start_judges(self) -> list[RaySlot]:
@@ -166,7 +168,7 @@ class RayPool:
         described = [actor.describe.remote() for actor in actors]
         ready, _ = self.ray.wait(described, num_returns=len(described), timeout=READY_S)
         machines = self.ray.get(described) if len(ready) == len(described) else []
-        models = sorted({str(m.get("gpu") or "cpu") for m in machines})
+        models = sorted({str(m.gpu or "cpu") for m, _ in machines})
         if len(models) != 1:
             _kill(self.ray, actors)
             mixed = f"the cluster mixes devices ({', '.join(models)}); use one kind"
@@ -174,9 +176,9 @@ class RayPool:
             raise UserError(f"--ray: {mixed if machines else late + ' (GPUs held elsewhere?)'}")
         return [RaySlot(self, a, m) for a, m in zip(actors, machines, strict=True)]
 
-    def described(self) -> dict[str, Any]:
+    def described(self) -> Machine:
         """The machine of the first slot (every slot's GPU is of the same model)."""
-        return dict(self.slots[0].machine)
+        return self.slots[0].machine
 
     def build(self, job: Job, folders: list[Path], on_event: OnEvent) -> Future[Judged]:
         """Start the build job of a solution (task "build") as a Ray task; its result when it is
@@ -235,11 +237,10 @@ class RaySlot:
     """A judging actor, seen from this process: `run` blocks until its job is judged, and
     stays interruptible (the scheduler's `on_event` raises when the run stops)."""
 
-    def __init__(self, pool: RayPool, actor: Any, machine: dict[str, Any]) -> None:
-        self.pool, self.actor = pool, actor
-        self.machine = {k: v for k, v in machine.items() if k != "ray_gpu"}
-        self.device: str = machine["device"]
-        self.name = f"ray {machine.get('host')} {machine.get('ray_gpu') or self.device}"
+    def __init__(self, pool: RayPool, actor: Any, described: tuple[Machine, str | None]) -> None:
+        (self.pool, self.actor), (self.machine, ray_gpu) = (pool, actor), described
+        self.device: str = self.machine.device or "cpu"
+        self.name = f"ray {self.machine.host} {ray_gpu or self.device}"
 
     def run(self, job: Job, folders: list[Path], on_event: OnEvent, more: bool = True) -> Judged:
         """Judge `job` on this judge's actor; `more`: whether another job may follow (the
@@ -251,7 +252,7 @@ class RaySlot:
         try:
             while not ray.wait([call], timeout=POLL_S)[0]:
                 elapsed = time.monotonic() - started
-                on_event({"kind": "tick", "phase": "remote", "building": False, "elapsed": elapsed})
+                on_event(Tick("remote", elapsed=elapsed))
             result = ray.get(call)
         except ray.exceptions.RayError as err:
             raise HarnessError(f"Ray judge {self.name} failed: {_first_line(err)}") from None
@@ -270,12 +271,12 @@ class Judge:
 
         self.slot = LocalSlot("cuda:0" if torch.cuda.is_available() else "cpu")
 
-    def describe(self) -> dict[str, Any]:
-        """Its machine (harness.run.machine.describe), with the GPU Ray gave it."""
+    def describe(self) -> tuple[Machine, str | None]:
+        """Its machine (harness.run.machine.describe), and the GPU Ray gave it ("gpu 3")."""
         import ray
 
         gpus = ray.get_runtime_context().get_accelerator_ids().get("GPU") or []
-        return {**self.slot.machine(), "ray_gpu": f"gpu {gpus[0]}" if gpus else None}
+        return self.slot.machine(), f"gpu {gpus[0]}" if gpus else None
 
     def run(self, job: Job, folders: list[Path], packed: list[Any], more: bool = True) -> Judged:
         """Judge `job` on this actor's device, first unpacking the build shipped with it
@@ -285,7 +286,7 @@ class Judge:
         if packed[0] is not None:
             restore(job_folder(job), lambda: ray.get(packed[0]))
 
-        def stop_when_cancelled(event: dict[str, Any]) -> None:
+        def stop_when_cancelled(event: Event) -> None:
             if ray.get_runtime_context().is_canceled():  # raised in the watch: the worker dies
                 raise InterruptedError("the run stopped")
 

@@ -12,12 +12,12 @@ from __future__ import annotations
 import sys
 import threading
 import time
-from collections.abc import Callable
-from typing import TYPE_CHECKING, Any, Protocol, TextIO
+from typing import TYPE_CHECKING, Protocol, TextIO
 
 from tqdm import tqdm
 
 from harness import status
+from harness.measure.events import OnEvent
 from harness.measure.judged import Judged
 from harness.results import report
 from harness.run.progress import QUIET_S, Progress
@@ -25,8 +25,6 @@ from harness.stats import geomean
 
 if TYPE_CHECKING:
     from harness.record import RunRecord
-
-OnEvent = Callable[[dict[str, Any]], None]
 
 
 class Unit(Protocol):

@@ -37,7 +37,7 @@ class Earlier:
     def __init__(self, session: Session) -> None:
         self.session = session
         self.settings = comparable(session.settings)
-        self.toolchain = [session.machine.get(key) for key in TOOLCHAIN]
+        self.toolchain = [getattr(session.machine, key) for key in TOOLCHAIN]
         log = session.folder / record.LOG_NAME
         self.by_content: dict[str, list[RunRecord]] = {}
         for ran in record.read(session.folder) if log.exists() else []:

@@ -28,9 +28,11 @@ from typing import Any, Protocol
 from harness import status, toolchain
 from harness.errors import UserError
 from harness.loading import Problem
+from harness.measure.events import Event, OnEvent
 from harness.measure.judged import Judged
 from harness.measure.worker import Job
 from harness.record import RunRecord
+from harness.results.baselines import Baseline
 from harness.run import resume
 from harness.run.discovery import ProblemSource, builds_at_import
 from harness.run.reporting import Report
@@ -48,7 +50,7 @@ class Slot(Protocol):
         self,
         job: Job,
         folders: list[Path],
-        on_event: Callable[[dict[str, Any]], None],
+        on_event: OnEvent,
         more: bool = True,
     ) -> Judged: ...
 
@@ -56,9 +58,7 @@ class Slot(Protocol):
 class Pool(Protocol):
     slots: list[Any]
 
-    def build(
-        self, job: Job, folders: list[Path], on_event: Callable[[dict[str, Any]], None]
-    ) -> Future[Judged]: ...
+    def build(self, job: Job, folders: list[Path], on_event: OnEvent) -> Future[Judged]: ...
 
 
 class Stopped(Exception):
@@ -109,7 +109,7 @@ class Scheduler:
         self.lock = threading.Lock()  # the run log, the tables and the counts
         self.failure: BaseException | None = None
         self.problems: dict[str, tuple[Problem, int] | UserError] = {}
-        self.compiled: dict[str, list[dict[str, Any]]] = {}
+        self.compiled: dict[str, list[Baseline]] = {}
         self.left: dict[str, int] = {}  # each problem's units not yet recorded
         self.units: list[Unit] = []
         self.baseline_locks: dict[str, threading.Lock] = {}
@@ -285,7 +285,7 @@ class Scheduler:
             self.report.dropped(unit)
             return
         problem, cases = prepared
-        compiled: list[dict[str, Any]] = []
+        compiled: list[Baseline] = []
         result = unit.result
         if result is None:
             if self.session.settings.timing.compile:
@@ -309,7 +309,7 @@ class Scheduler:
         if not self.left[name] and any(u.ran for u in self.units if u.source.name == name):
             self.session.render(name)
 
-    def _baselines(self, unit: Unit, problem: Problem, slot: Slot) -> list[dict[str, Any]]:
+    def _baselines(self, unit: Unit, problem: Problem, slot: Slot) -> list[Baseline]:
         """The problem's torch.compile baselines, timed once, on the first slot that needs them."""
         name = unit.source.name
         with self.lock:
@@ -328,12 +328,10 @@ class Scheduler:
         """Runs a job of the run's own (no solution's) on `slot`, its events unshown."""
         return lambda job: slot.run(job, folders, self._watching(lambda e: None))
 
-    def _watching(
-        self, on_event: Callable[[dict[str, Any]], None]
-    ) -> Callable[[dict[str, Any]], None]:
+    def _watching(self, on_event: OnEvent) -> OnEvent:
         """`on_event`, which stops the worker it watches once the run stops."""
 
-        def watched(event: dict[str, Any]) -> None:
+        def watched(event: Event) -> None:
             if self.stop.is_set():
                 raise Stopped
             on_event(event)

@@ -9,7 +9,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from harness import codec, files, record, status, toolchain
+from harness import files, record, status, toolchain
 from harness.errors import HarnessError, UserError
 from harness.loading import Problem, load_problem
 from harness.measure import roofline
@@ -17,6 +17,7 @@ from harness.measure.judged import Judged, failure
 from harness.measure.worker import Job, cuda_not_asked
 from harness.record import BenchRow, Ceiling, Machine, RunRecord
 from harness.results import baselines, rendering, report
+from harness.results.baselines import Baseline, BaselineKey, MeasuredBy
 from harness.run import machine, ncu, replay, scan
 from harness.run.auditing import Auditing, RunJob
 from harness.run.discovery import ProblemSource, missing_model_new
@@ -32,7 +33,7 @@ class Session:
         settings: Settings,
         progress: Progress | None = None,
         recording: bool = True,
-        described: dict[str, Any] | None = None,
+        described: Machine | None = None,
     ) -> None:
         """`settings` are resolved (device, arch and secret as used); the secret is told to
         workers only, and recorded with the results once they are in. Without `recording`
@@ -51,7 +52,7 @@ class Session:
             machine.slug(self.machine) + settings.results_folder_suffix
         )
         self.recording = recording
-        self._ceiling: dict[str, Any] | None = None
+        self._ceiling: Ceiling | None = None
         self._reference_hashes: dict[Path, str] = {}
         self._earlier: dict[str, RunRecord] | None = None  # by content, read once (on a CPU)
         self._check_places()
@@ -76,7 +77,7 @@ class Session:
                     f"pass {flag} a folder you can write"
                 )
 
-    def ceiling(self, source: ProblemSource, run_job: RunJob) -> dict[str, Any] | None:
+    def ceiling(self, source: ProblemSource, run_job: RunJob) -> Ceiling | None:
         """The GPU's copy bandwidth, from the folder's cache or measured now in a worker by
         `run_job` (a slot's) with `source`'s reference loaded (None on a CPU, or where this
         process sees no GPU: a Ray driver's)."""
@@ -85,12 +86,12 @@ class Session:
         here = self.device.type == "cuda" and torch.cuda.is_available()
         if self._ceiling is None and here:
 
-            def measure() -> dict[str, Any]:
+            def measure() -> Ceiling:
                 self.progress.note("measuring the copy bandwidth of this GPU (cached afterwards)")
                 copy = self._reference_result(source, "ceiling", run_job).ceiling
                 if copy is None:
                     raise HarnessError(f"{source.name}: the ceiling job measured no ceiling")
-                return {"copy_gbps": copy.copy_gbps, "copy_bytes": copy.copy_bytes}
+                return copy
 
             self._ceiling = roofline.ceiling(
                 self.folder, self.device, self.machine, store=self.recording, measure=measure
@@ -189,7 +190,7 @@ class Session:
         job: Job,
         result: Judged,
         cases: int,
-        compiled: list[dict[str, Any]],
+        compiled: list[Baseline],
     ) -> RunRecord:
         """The record of a judged job, each benchmark row with its torch.compile baseline from
         `compiled` where one matches, and the machine (with its load) where the job ran."""
@@ -200,10 +201,7 @@ class Session:
             device = result.device or job.settings.device
             measured, witnessed = self._witness(job, device, measured)
         versus = [baselines.versus(row, compiled, self.run_id) for row in measured]
-        where = result.machine or codec.decode(
-            Machine, {**self.machine, **machine.load(self.device)}
-        )
-        measured_ceiling = self._ceiling
+        where = result.machine or machine.loaded(self.machine, self.device)
         return RunRecord(
             run_id=self.run_id,
             time=_now(),
@@ -224,7 +222,7 @@ class Session:
                 for row, (baseline, speedup) in zip(measured, versus, strict=True)
             ),
             warnings=(*scan.scan(solution), *result.warnings, *witnessed),
-            ceiling=codec.decode(Ceiling, measured_ceiling) if measured_ceiling else None,
+            ceiling=self._ceiling,
             device=result.device,
             reason=result.reason,
             builds=result.builds,
@@ -247,12 +245,13 @@ class Session:
         self, job: Job, device: str, rows: list[BenchRow]
     ) -> tuple[list[BenchRow], list[str]]:
         """--ncu: `rows` with what Nsight Compute counted for one call each (harness.run.ncu)."""
-        spec = {
-            "problem": job.problem,
-            "reference": str(Path(job.reference).resolve()),
-            "solution": str(Path(job.solution).resolve()),
-            "content_hash": job.content_hash,
-        }
+        spec = replace(
+            job,
+            reference=str(Path(job.reference).resolve()),
+            solution=str(Path(job.solution).resolve()),
+            log_path="",
+            settings=self.settings,
+        )
         log = Path(job.log_path)
         return ncu.witness_rows(self.settings, device, spec, rows, log, self.progress.note)
 
@@ -281,21 +280,20 @@ class Session:
 
     def compile_baselines(
         self, source: ProblemSource, problem: Problem, run_job: RunJob
-    ) -> list[dict[str, Any]]:
+    ) -> list[Baseline]:
         """The problem's torch.compile baselines: cached ones, else measured now by `run_job`
         (a worker on a slot's device)."""
-        reference_hash = self.reference_hash(source)
         timing = self.settings.timing
-        context = {
-            "problem": source.name,
-            "reference_hash": reference_hash,
-            "mode": timing.mode(self.device.type),
-            "flush": timing.flush,
-            "gpu": self.machine.get("gpu"),
-            "torch": self.machine.get("torch"),
-        }
-        found = baselines.cached(self.folder, context) if timing.baseline_cache else []
-        if {b.name for b in problem.benchmarks} <= {e.get("name") for e in found}:
+        key = BaselineKey(
+            problem=source.name,
+            reference_hash=self.reference_hash(source),
+            mode=timing.mode(self.device.type),
+            flush=timing.flush,
+            gpu=self.machine.gpu,
+            torch=self.machine.torch,
+        )
+        found = baselines.cached(self.folder, key) if timing.baseline_cache else []
+        if {b.name for b in problem.benchmarks} <= {e.row.name for e in found}:
             self.progress.note(f"{source.name}: torch.compile baseline from {baselines.LOG_NAME}")
             return found
         self.progress.note(f"{source.name}: timing the torch.compile baseline")
@@ -305,12 +303,12 @@ class Session:
         self.progress.note(f"{source.name}: torch.compile baseline: {verdict}")
         if not result.ok:
             return found
-        run = {"run_id": self.run_id, "time": _now(), "driver": self.machine.get("driver")}
-        entries = [{**context, **run, **row} for row in result.compile_rows]
+        by = MeasuredBy(self.run_id, _now(), self.machine.driver)
+        measured = [Baseline(key, by, row) for row in result.compile_rows]
         if not self.recording:  # used by this run, kept by none
-            return [*found, *entries]
-        self._writing(baselines.store, self.folder, {**context, **run}, list(result.compile_rows))
-        return baselines.cached(self.folder, context)
+            return [*found, *measured]
+        self._writing(baselines.store, self.folder, measured)
+        return baselines.cached(self.folder, key)
 
     def _job(self, source: ProblemSource, solution: Path, log_path: Path, content: str) -> Job:
         return Job(

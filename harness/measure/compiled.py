@@ -1,0 +1,114 @@
+"""The torch.compile baseline: the reference eager and compiled, timed side by side per
+benchmark (harness.measure.benchmarking's sampling), compile time kept apart; run by a worker
+of its own and cached by the parent (harness.results.baselines). A compiled reference whose
+output differs from eager's is recorded with the difference."""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import torch
+
+from harness import accuracy, status
+from harness.inputs import Seeds, make_inputs
+from harness.loading import Case, Problem
+from harness.matching import mismatch, tolerance
+from harness.measure import passes, timing
+from harness.measure.benchmarking import (
+    SideBySide,
+    describe_inputs,
+    sample,
+    synchronize,
+    timer_for,
+)
+from harness.measure.checking import build_models, guard
+from harness.record import CompiledRow
+from harness.settings import Settings
+
+
+def compile_baseline(
+    problem: Problem, device: torch.device, settings: Settings
+) -> list[CompiledRow]:
+    """Eager and torch.compile'd reference, side by side, per benchmark; compile time apart."""
+    timer = timer_for(device, settings)
+    seeds = Seeds.of(settings.checking)
+    rows = []
+    for index, bench in enumerate(problem.benchmarks):
+        seed = seeds.benchmark(index)
+        eager, _ = build_models(problem, problem.model, bench, seed, device)
+        inputs = guard(status.PROBLEM_ERROR, "get_inputs", make_inputs, bench, seed, device)
+        compiled = torch.compile(eager)
+        begin = time.perf_counter()
+        with torch.no_grad():
+            got = guard(status.RUNTIME_ERROR, "torch.compile", compiled, *inputs)
+            want = eager(*inputs)
+        synchronize(device)
+        compile_s = time.perf_counter() - begin
+        calls = {"reference": eager, "compiled": compiled}
+        allowed = tolerance(problem, bench, settings.checking.tolerance)
+        differs = mismatch(want, got, allowed, accuracy.Exact(eager, inputs, device))
+        sampled, _ = sample(calls, bench, seed, inputs, device, settings, timer)
+        rows.append(_compiled_row(bench.name, inputs, (compile_s, differs), sampled))
+        if problem.backward:
+            drawn = (seed, inputs, want)
+            timed = (device, settings, timer)
+            rows += _compiled_passes(problem, bench, (eager, compiled), drawn, timed)
+    return rows
+
+
+def _compiled_passes(
+    problem: Problem,
+    bench: Case,
+    models: tuple[Any, Any],
+    drawn: tuple[int, list[Any], Any],
+    timed: tuple[torch.device, Settings, timing.Timer],
+) -> list[CompiledRow]:
+    """The compile baseline's backward and forward+backward rows: the compiled reference's
+    first backward (its compilation) timed apart, and its gradients compared with eager's."""
+    seed, inputs, output = drawn
+    device, settings, timer = timed
+    eager, compiled = models
+    # A compiled backward frees ("donates") buffers it no longer needs unless told not to, and
+    # then refuses the retained graph that the backward row runs through again and again.
+    torch._functorch.config.donated_buffer = False
+    params = passes.param_names(eager)
+    first = passes.Pass(passes.BOTH, output, params)
+    given = first.extend(inputs, seed)
+    begin = time.perf_counter()
+    got = guard(status.RUNTIME_ERROR, "torch.compile, backward", first.wrap(compiled, []), *given)
+    synchronize(device)
+    compile_s = time.perf_counter() - begin
+    training = first.wrap(eager, [])
+    exact = accuracy.Exact(training, given, device)
+    allowed = tolerance(problem, bench, settings.checking.tolerance)
+    differs = mismatch(training(*given), got, allowed, exact)
+    rows = []
+    for kind in passes.KINDS:
+        step = passes.Pass(kind, output, params)
+        name = passes.row_name(bench.name, kind)
+        calls = {"reference": eager, "compiled": compiled}
+        sampled, _ = sample(calls, bench, seed, inputs, device, settings, timer, None, step)
+        rows.append(_compiled_row(name, inputs, (compile_s, differs), sampled))
+    return rows
+
+
+def _compiled_row(
+    name: str, inputs: list[Any], compiling: tuple[float, str | None], sampled: SideBySide
+) -> CompiledRow:
+    """A compile baseline's row: its sampling, how long compiling took and how its output
+    differs from eager's (None where it does not)."""
+    compile_s, differs = compiling
+    return CompiledRow(
+        name=name,
+        inputs=tuple(describe_inputs(inputs)),
+        compiled=sampled.sides["compiled"],
+        reference=sampled.sides["reference"],
+        speedup=sampled.speedup,
+        compile_s=compile_s,
+        mismatch=differs,
+        mode=sampled.mode,
+        stop=sampled.stop,
+        note=sampled.note,
+        state=sampled.state,
+    )
