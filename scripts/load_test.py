@@ -72,6 +72,9 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("out", type=Path, help="the suite's folder (written if it has none)")
     parser.add_argument("--count", type=int, default=100, help="problems in a new suite")
+    parser.add_argument(
+        "--sizes", default="default", help="a new suite's input sizes: default or level1"
+    )
     parser.add_argument("--gpus", help="run.py --gpus (default: run.py's device alone)")
     parser.add_argument("--label", default="sweep", help="names this sweep's results folder")
     parser.add_argument("--kill-after", type=int, metavar="K", help="kill after K records")
@@ -86,7 +89,7 @@ def main(argv: list[str] | None = None) -> int:
     out = args.out.resolve()
     if not (out / "expected.json").exists():
         make = [sys.executable, str(ROOT / "scripts" / "make_suite.py"), str(out)]
-        subprocess.run([*make, "--count", str(args.count)], check=True)
+        subprocess.run([*make, "--count", str(args.count), "--sizes", args.sizes], check=True)
     expected = json.loads((out / "expected.json").read_text())
     results = out / f"results-{args.label}"
     command = sweep_command(out, args.label, args)

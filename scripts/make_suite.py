@@ -1,6 +1,6 @@
 """Generate a load-test suite for sweeps: N small KernelBench problems, one solution each.
 
-    python scripts/make_suite.py OUT [--count 100] [--seed 0]
+    python scripts/make_suite.py OUT [--count 100] [--seed 0] [--sizes default|level1]
 
 writes
   OUT/problems/<name>.py               a KernelBench file (Model, get_inputs, get_init_inputs,
@@ -20,8 +20,10 @@ prefix of the suite holds a mix; a problem's kind depends on its index and N onl
             (crashed), in turns
 Each kind's solutions take the five families (elementwise, reduction, norm, matmul, softmax) in
 turns, so every family gets its share of each kind (for N=100: 12, 3, 3 and 2 of 20); ops take
-turns within a family; shapes, dtypes and dimensions are drawn from the seed. The same count and
-seed give the same files.
+turns within a family; shapes, dtypes and dimensions are drawn from the seed. The same count,
+seed and sizes give the same files. `--sizes level1` draws KernelBench level-1 sizes instead
+(LEVEL1_SHAPES: every input 16-270 MB, where the default's are kilobytes to a few MB), for
+measuring checking and timing on work like the real one; its extra cases are a quarter size.
 
 A sweep runs the whole suite (scripts/load_test.py does this, checks and times it):
 
@@ -73,6 +75,16 @@ SHAPES: dict[str, list[tuple[int, ...]]] = {  # default sizes; a matmul's are (M
     "matmul": [(256, 256, 256), (255, 129, 97), (128, 64, 200), (33, 250, 65), (64, 256, 31)],
     "softmax": [(256, 1024), (128, 4096), (1000, 333), (64, 129, 17), (4096, 100)],
 }
+# KernelBench level-1 sizes (--sizes level1): every input 16-270 MB, so checking and timing
+# meet the memory traffic of real problems; odd sizes among them.
+LEVEL1_SHAPES: dict[str, list[tuple[int, ...]]] = {
+    "elementwise": [(16384, 4096), (8191, 8192), (64, 1024, 1023), (33554431,), (3, 4095, 4097)],
+    "reduction": [(4096, 8192), (8192, 4096), (16, 2048, 1023), (16383, 2049), (64, 1025, 513)],
+    "norm": [(16384, 4096), (4095, 8191), (32, 1024, 2048), (8192, 1023)],
+    "matmul": [(4096, 4096, 4096), (8192, 2048, 4096), (4095, 4097, 2049), (2048, 8192, 2048)],
+    "softmax": [(8192, 8192), (4096, 16384), (65536, 1000), (64, 1024, 1025)],
+}
+SIZES = {"default": SHAPES, "level1": LEVEL1_SHAPES}
 FAMILIES = tuple(SHAPES)
 
 
@@ -209,9 +221,9 @@ def family_sequence(kinds: list[str], rng: random.Random) -> list[str]:
     return families
 
 
-def plan(count: int, seed: int) -> list[Spec]:
-    """The suite's problems, in order: the same for the same count and seed. Each family's ops
-    take turns; shapes, dtypes and dimensions are drawn."""
+def plan(count: int, seed: int, sizes: str = "default") -> list[Spec]:
+    """The suite's problems, in order: the same for the same count, seed and sizes. Each
+    family's ops take turns; shapes (from SIZES[sizes]), dtypes and dimensions are drawn."""
     rng = random.Random(seed)
     kinds = kind_sequence(count)
     families = family_sequence(kinds, rng)
@@ -223,12 +235,12 @@ def plan(count: int, seed: int) -> list[Spec]:
         ops = [op for op in OPS if op.family == family]
         op = ops[turns[family] % len(ops)]
         turns[family] += 1
-        shape, dtype = rng.choice(SHAPES[family]), rng.choice(DTYPE_DRAW)
+        shape, dtype = rng.choice(SIZES[sizes][family]), rng.choice(DTYPE_DRAW)
         dim = None
         if family in ("reduction", "softmax"):  # any dimension, as counted from either end
             dim = rng.randrange(len(shape)) - rng.choice((0, len(shape)))
-        sizes = "x".join(map(str, shape)) + ("" if dim is None else f"_dim{dim % len(shape)}")
-        name = f"{index + 1:0{width}d}_{op.name}_{dtype}_{sizes}"
+        label = "x".join(map(str, shape)) + ("" if dim is None else f"_dim{dim % len(shape)}")
+        name = f"{index + 1:0{width}d}_{op.name}_{dtype}_{label}"
         specs.append(Spec(index, name, op, dtype, shape, dim, kind, crash))
     return specs
 
@@ -379,13 +391,20 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("out", type=Path, help="the folder to write the suite into")
     parser.add_argument("--count", type=int, default=100, help="problems (default: 100)")
     parser.add_argument("--seed", type=int, default=0, help="draws ops, shapes and dtypes")
+    parser.add_argument(
+        "--sizes",
+        choices=tuple(SIZES),
+        default="default",
+        help="default: small inputs (kilobytes to a few MB); level1: KernelBench level-1 "
+        "sizes, 16-270 MB an input",
+    )
     args = parser.parse_args(argv)
     if args.count < 1:
         parser.error("--count must be at least 1")
     taken = [args.out / name for name in ("problems", "solutions") if (args.out / name).exists()]
     if taken:
         parser.error(f"{taken[0]} exists: write the suite into a new folder")
-    specs = plan(args.count, args.seed)
+    specs = plan(args.count, args.seed, args.sizes)
     write_suite(args.out, specs, args.seed)
     quotas = ", ".join(f"{n} {kind}" for kind, n in kind_quotas(args.count).items())
     print(f"{args.out}: {args.count} problems, one solution each ({quotas})")

@@ -244,11 +244,11 @@ def test_a_row_carries_its_per_call_speedup_through_the_log_table_and_csv() -> N
     per_call = PerCall(timing(180.0, 1), timing(100.0, 2), stats.Interval(1.8, 1.7, 1.9))
     row = dataclasses.replace(row, per_call=per_call, host_bound="reference")
     assert codec.decode(BenchRow, codec.encode(row)) == row
-    columns = report._timing_columns(row, None)
-    assert columns["per_call_speedup"] == 1.8 and columns["host_bound"] == "reference"
-    found = "; ".join(flagged.flags(row, columns, report.bench_speedup(row)))
-    assert "host-bound reference: 1.80x per call against 1.50x on the device" in found
     rows = report.table_rows([record("p", "s", [row])])
+    assert rows[0].per_call_speedup == 1.8 and rows[0].host_bound == "reference"
+    found = "; ".join(flagged.flags(row, rows[0], report.bench_speedup(row)))
+    assert found == rows[0].flags
+    assert "host-bound reference: 1.80x per call against 1.50x on the device" in found
     assert "1.80x [1.70, 1.90]" in report.markdown_table(rows)
     assert {"per_call_speedup", "host_bound", "ref_per_call_us"} <= set(report.CSV_COLUMNS)
 

@@ -73,8 +73,8 @@ def test_the_csv_holds_the_load(tmp_path: Path) -> None:
 
 
 def test_the_flag_rule_is_the_cpu_count_times_the_documented_share() -> None:
-    at = {"cpu_timed": True, "cpu_count": 16, "load_1m": 16 * load.LOADED_SHARE}
-    assert load.flags(at) == [] and load.flags({**at, "load_1m": at["load_1m"] + 0.1})
+    at = load.Load(load_1m=16 * load.LOADED_SHARE, cpu_count=16, gpu_processes=None, cpu_timed=True)
+    assert load.flags(at) == [] and load.flags(replace(at, load_1m=16 * load.LOADED_SHARE + 0.1))
 
 
 def test_the_session_reads_the_load_average_and_cpu_count(monkeypatch) -> None:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import ast
 import json
+import math
 import re
 from collections import Counter
 from collections.abc import Callable
@@ -70,6 +71,21 @@ def run_case(problem: Problem, solution: Path, case: Case) -> tuple[Any, Any, An
 
 
 # The generator ----------------------------------------------------------------------------
+
+
+def test_level1_sizes_give_every_input_tens_to_hundreds_of_megabytes() -> None:
+    specs = make_suite.plan(100, SEED, "level1")
+    for spec in specs:
+        matmul = spec.op.family == "matmul"
+        shapes = [spec.shape[:2], spec.shape[1:]] if matmul else [spec.shape]
+        itemsize = getattr(torch, make_suite.DTYPES[spec.dtype][0]).itemsize
+        for shape in shapes:
+            assert 16e6 <= math.prod(shape) * itemsize <= 270e6, (spec.name, shape)
+    assert {spec.op.family for spec in specs} == set(make_suite.FAMILIES)
+    small = make_suite.plan(100, SEED)
+    assert [(s.kind, s.op) for s in specs] == [
+        (s.kind, s.op) for s in small
+    ]  # the same kinds and ops
 
 
 def test_a_suite_of_100_holds_60_cuda_ok_15_cpu_ok_15_wrong_and_10_crashes() -> None:

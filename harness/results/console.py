@@ -52,14 +52,14 @@ def _lines(record: RunRecord) -> list[list[str]]:
 
 
 def _timed(record: RunRecord, bench: BenchRow) -> list[str]:
-    columns = report._timing_columns(bench, None)  # the full table's own cells, fewer of them
-    note = columns["flags"] or ""
+    row = report.bench_row(record, bench)  # the full table's own cells, fewer of them
+    note = row.flags or ""
     return [
         record.solution,
         report.bench_label(bench),
         record.status,
         report.format_us(bench.solution.median_us),
         report.format_us(bench.reference.median_us),
-        report._ratio_cell(columns, "speedup"),
+        report._ratio_cell(vars(row), "speedup"),
         note if record.status == status.OK else record.detail,
     ]

@@ -3,29 +3,28 @@ cache, skipped work, noise, throttling, a machine's load, a host-bound side, ...
 
 from __future__ import annotations
 
-from typing import Any
-
 from harness.record import BenchRow
 from harness.results import load
+from harness.results.columns import TableRow
 from harness.stats import Interval
 
 NOISY_RSE = 0.01  # a side whose relative standard error ends above this is marked noisy
 WITNESS_MIN_SHARE = 0.9  # a call that moves less than this share of the minimum is flagged
 
 
-def flags(bench: BenchRow, columns: dict[str, Any], speedup: Interval) -> list[str]:
-    """What a reader must know before trusting the row's numbers; `columns` are the row's
-    table columns (harness.results.report), `speedup` its device speedup."""
+def flags(bench: BenchRow, row: TableRow, speedup: Interval) -> list[str]:
+    """What a reader must know before trusting the benchmark's numbers; `row` is its table row
+    (harness.results.report), `speedup` its device speedup."""
     found = []
-    witnessed = columns.get("ncu_pct")
+    witnessed = row.ncu_pct
     if witnessed is not None and witnessed < 100 * WITNESS_MIN_SHARE:
         found.append(
             f"MOVED {witnessed:.0f}% of the problem's minimum bytes under ncu: skipped work, "
             "or a wrong byte count"
         )
-    if columns.get("ceiling_pct") and columns["ceiling_pct"] > 100:
+    if row.ceiling_pct and row.ceiling_pct > 100:
         found.append(
-            f"ABOVE the copy ceiling ({columns['ceiling_pct']:.0f}%): a warm cache, a wrong "
+            f"ABOVE the copy ceiling ({row.ceiling_pct:.0f}%): a warm cache, a wrong "
             "byte count, or skipped work"
         )
     for side, timing in (("solution", bench.solution), ("reference", bench.reference)):
@@ -46,10 +45,11 @@ def flags(bench: BenchRow, columns: dict[str, Any], speedup: Interval) -> list[s
         if timing.rse > NOISY_RSE:
             stopped = f", stopped by {bench.stop}" if bench.stop else ""
             found.append(f"noisy {side} (RSE {100 * timing.rse:.1f}%{stopped})")
-    if columns.get("throttled_samples") and bench.state:
+    if row.throttled_samples and bench.state:
         reasons = ", ".join(bench.state.reasons)
-        found.append(f"throttled: {columns['throttled_samples']} samples ({reasons})")
-    found += load.flags(columns)
+        found.append(f"throttled: {row.throttled_samples} samples ({reasons})")
+    busy = load.Load(row.load_1m, row.cpu_count, row.gpu_processes, bool(row.cpu_timed))
+    found += load.flags(busy)
     if bench.note:
         found.append(bench.note)
     if bench.compile and bench.compile.mismatch:

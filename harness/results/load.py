@@ -11,7 +11,7 @@ Records from before the load was recorded carry none, and are never flagged.
 
 from __future__ import annotations
 
-from typing import Any
+from dataclasses import dataclass
 
 from harness.record import RunRecord
 
@@ -24,21 +24,27 @@ def cpu_timed(run: RunRecord) -> bool:
     return run.device == "cpu" or not run.machine.gpu
 
 
-def columns(run: RunRecord) -> dict[str, Any]:
-    """The run's load as table columns (the CSV keeps CSV_COLUMNS); `flags` reads them."""
+@dataclass(frozen=True)
+class Load:
+    """A run's load as its table rows' columns (the CSV keeps CSV_COLUMNS; `cpu_timed` says
+    which of them `flags` holds against)."""
+
+    load_1m: float | None
+    cpu_count: int | None
+    gpu_processes: int | None
+    cpu_timed: bool
+
+
+def columns(run: RunRecord) -> Load:
+    """The run's load, as its rows carry it."""
     machine = run.machine
-    return {
-        "load_1m": machine.load_1m,
-        "cpu_count": machine.cpu_count,
-        "gpu_processes": machine.gpu_processes,
-        "cpu_timed": cpu_timed(run),
-    }
+    return Load(machine.load_1m, machine.cpu_count, machine.gpu_processes, cpu_timed(run))
 
 
-def flags(row: dict[str, Any]) -> list[str]:
+def flags(busy: Load) -> list[str]:
     """What a reader must know about the load a row was timed under (none where not recorded)."""
-    load, cpus, others = row.get("load_1m"), row.get("cpu_count"), row.get("gpu_processes")
-    if row.get("cpu_timed"):
+    load, cpus, others = busy.load_1m, busy.cpu_count, busy.gpu_processes
+    if busy.cpu_timed:
         if load is not None and cpus and load > LOADED_SHARE * cpus:
             return [f"timed under load: load average {load:.1f} on {cpus} CPUs"]
     elif others:

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import datetime
 from collections.abc import Mapping
-from dataclasses import replace
+from dataclasses import asdict, replace
 from pathlib import Path
 from typing import Any
 
@@ -23,6 +23,7 @@ from harness.settings import KERNELBENCH
 from harness.stats import Interval
 
 NOTES_CHARS = 160  # a markdown cell longer than this is cut; the CSV keeps it whole
+NO_LOAD = load.Load(None, None, None, cpu_timed=False)  # a load not shown: no columns, no flag
 
 
 def table_rows(problem_records: list[RunRecord]) -> list[TableRow]:
@@ -32,30 +33,41 @@ def table_rows(problem_records: list[RunRecord]) -> list[TableRow]:
     for record in problem_records:
         # Two files of the same name from different folders are told apart by their paths.
         unique = stems.count(record.solution) == 1
-        base = TableRow(
-            solution=record.solution if unique else record.solution_path,
-            status=record.status,
-            when=_short_time(record.time),
-            detail=record.detail or _device_note(record),
-            warnings="; ".join(record.warnings),
-            log=record.log,
-            solution_path=record.solution_path,
-            run_id=record.run_id,
-            own_share=record.own_share,
-            reference_share=record.reference_share,
-        )
+        base = _record_row(record, record.solution if unique else record.solution_path)
         if not record.benchmarks:
             rows.append(base)
         ceiling = record.ceiling if record.device != "cpu" else None
         busy = load.columns(record)
-        for bench in record.benchmarks:
-            rows.append(replace(base, **_timing_columns(bench, ceiling, busy)))
+        rows += [_timing_row(base, bench, ceiling, busy) for bench in record.benchmarks]
     return rows
 
 
-def _timing_columns(
-    bench: BenchRow, ceiling: Ceiling | None, busy: dict[str, Any] | None = None
-) -> dict[str, Any]:
+def bench_row(record: RunRecord, bench: BenchRow) -> TableRow:
+    """One benchmark's row as the console shows it: without the copy ceiling and the machine's
+    load (and so without their flags)."""
+    return _timing_row(_record_row(record, record.solution), bench, None, NO_LOAD)
+
+
+def _record_row(record: RunRecord, solution: str) -> TableRow:
+    """The record's own columns, which each of its rows carries."""
+    return TableRow(
+        solution=solution,
+        status=record.status,
+        when=_short_time(record.time),
+        detail=record.detail or _device_note(record),
+        warnings="; ".join(record.warnings),
+        log=record.log,
+        solution_path=record.solution_path,
+        run_id=record.run_id,
+        own_share=record.own_share,
+        reference_share=record.reference_share,
+    )
+
+
+def _timing_row(
+    base: TableRow, bench: BenchRow, ceiling: Ceiling | None, busy: load.Load
+) -> TableRow:
+    """`base` (the record's columns) with one benchmark's, its load's and its flags."""
     solution, reference = bench.solution, bench.reference
     speedup = bench_speedup(bench)
     center = _center(bench)
@@ -83,9 +95,8 @@ def _timing_columns(
     columns.update(_compile_columns(bench))
     columns.update(_state_columns(bench.state))
     columns.update(_witness_columns(bench))
-    columns.update(busy or {})  # the machine's load (harness.results.load), flagged
-    columns["flags"] = "; ".join(flagged.flags(bench, columns, speedup))
-    return columns
+    row = replace(base, **columns, **asdict(busy))  # the machine's load (harness.results.load)
+    return replace(row, flags="; ".join(flagged.flags(bench, row, speedup)))
 
 
 def _center(bench: BenchRow) -> Any:
