@@ -133,6 +133,8 @@ class Build:
     cuda: bool
     seconds: float | None = None
     cached: bool = field(default=False, metadata=omitted_when(False))  # from the build cache
+    # how it could build faster (harness.measure.builds.slow_header)
+    hint: str | None = field(default=None, metadata=OMIT_NONE)
 
 
 @dataclass(frozen=True)

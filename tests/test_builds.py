@@ -126,6 +126,22 @@ def test_a_build_cache_hit_is_told_from_a_build(tmp_path: Path) -> None:
     assert not rebuilt.cached and rebuilt.describe().startswith("ext compiled in ")
 
 
+def test_a_cuda_source_that_includes_the_whole_extension_header_gets_a_hint(
+    tmp_path: Path,
+) -> None:
+    slow = "#include <torch/extension.h>\n__global__ void k() {}"
+    assert builds.slow_header("load_inline", {"cuda_sources": [slow]}) == builds.SLOW_HEADER
+    assert builds.slow_header("load_inline", {"cuda_sources": "#include <cuda.h>"}) is None
+    assert builds.slow_header("load_inline", {"cpp_sources": slow}) is None  # C++: precompiled
+    kernel = tmp_path / "k.cu"
+    kernel.write_text('#  include "torch/extension.h"\n')
+    assert builds.slow_header("load", {"sources": [str(kernel), "main.cpp"]}) is not None
+    kernel.write_text("#include <torch/types.h>\n")
+    assert builds.slow_header("load", {"sources": str(kernel)}) is None
+    shown = progress_lines([BuildEnd("ext", 140.0, hint=builds.SLOW_HEADER)])
+    assert f"toy/mine: built ext in 140.0 s ({builds.SLOW_HEADER})" in shown
+
+
 def progress_lines(events: list[Event]) -> str:
     stream = io.StringIO()  # not a terminal: every line stays
     progress = Progress(stream)

@@ -14,10 +14,12 @@ import torch
 
 from harness import record
 from harness.loading import load_problem
-from harness.measure import gpustate, roofline
-from harness.record import Ceiling, CompiledRow, GpuState, Machine, Measurement
+from harness.measure import benchmarking, gpustate, roofline
+from harness.measurement import PerCall
+from harness.record import BenchRow, Ceiling, CompiledRow, GpuState, Machine, Measurement
 from harness.results import baselines, report
 from harness.results.baselines import Baseline
+from harness.stats import Interval
 from tests import records_factory as make
 from tests.conftest import REPO
 
@@ -181,3 +183,32 @@ def test_flags_warn_above_the_ceiling_when_launch_bound_noisy_or_throttled() -> 
     assert "noisy solution" in flags and "throttled: 12 samples (power cap)" in flags
     quiet = make.bench(solution_us=20.0, reference_us=80.0)
     assert report.table_rows([make.record("p", "q", [quiet])])[0].flags == ""
+
+
+def test_a_row_is_built_from_its_sampling_and_what_its_fed_calls_gave() -> None:
+    reference, solution = make.timing(40.0, seed=1), make.timing(10.0, seed=2)
+    speedup, per_call_speedup = Interval(4.0, 3.9, 4.1), Interval(3.5, 3.4, 3.6)
+    sides = {"reference": reference, "solution": solution}
+    sampled = benchmarking.SideBySide("cuda_events", "target", "fed", sides, speedup, None)
+    per_call = PerCall(reference, solution, per_call_speedup)
+    fed = benchmarking.Fed(5, 11.0, per_call, "reference")
+    inputs = [torch.zeros(2, 3), 0.5]
+    row = benchmarking._row("default", inputs, (sampled, fed), 4.0, "a note")
+    assert row == BenchRow(
+        name="default",
+        inputs=("float32[2,3]", "0.5"),
+        reference=reference,
+        solution=solution,
+        speedup=speedup,
+        mode="cuda_events",
+        stop="target",
+        note="a note",
+        floor_us=4.0,
+        launch_bound=True,  # a 10 us median under 3 floors of 4 us
+        spot_checks=5,
+        wall_us=11.0,
+        per_call=per_call,
+        host_bound="reference",
+    )
+    graphed = benchmarking._row("default", inputs, (sampled, None), None, None)
+    assert (graphed.spot_checks, graphed.per_call, graphed.launch_bound) == (None, None, False)

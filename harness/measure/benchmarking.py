@@ -117,12 +117,12 @@ def time_benchmarks(
             raise Verdict(status.INCORRECT, f"benchmark {bench.name!r}: {verdict}")
         with torch.no_grad():
             output = models[0](*replicate_all(inputs, device))
+        bytes_, flops = roofline.counts(problem, inputs, output)
         calls = {"reference": models[0], "solution": models[1]}
         label = f"benchmark {bench.name!r}"
         checker = _spot_checker(problem, bench, models[0], device, settings, label)
         timed = sample(calls, bench, seed, inputs, device, settings, timer, checker)
         row = _row(bench.name, inputs, timed, floor, timed[0].note)
-        bytes_, flops = roofline.counts(problem, inputs, output)
         rows.append(dataclasses.replace(row, bytes=bytes_, flops=flops))
         if problem.backward:
             drawn = (seed, inputs, output)

@@ -34,6 +34,7 @@ class Build:
     cuda: bool
     seconds: float | None = None
     cached: bool = False  # loaded from the build cache: nothing was compiled
+    hint: str | None = None  # how it could build faster (slow_header)
 
     def describe(self) -> str:
         if self.cached:
@@ -95,7 +96,8 @@ class BuildWatcher:
             current.cached = bool(modules) and _modules(bound.arguments) == modules
             self.builds.append(current)
             self.current = None
-            self.notify(BuildEnd(current.name, current.seconds, current.cached))
+            current.hint = None if current.cached else slow_header(kind, bound.arguments)
+            self.notify(BuildEnd(current.name, current.seconds, current.cached, current.hint))
             return result
 
         build.__doc__ = original.__doc__
@@ -133,6 +135,32 @@ def _uses_cuda(kind: str, arguments: dict[str, Any]) -> bool:
     if isinstance(sources, str):
         sources = [sources]
     return any(str(s).endswith((".cu", ".cuh")) for s in sources)
+
+
+_EXTENSION_H = re.compile(r"#\s*include\s*[<\"]torch/extension\.h[>\"]")
+SLOW_HEADER = (
+    "its CUDA source includes <torch/extension.h>; <torch/types.h> is enough there and nvcc "
+    "takes well under half the time (docs/problems.md)"
+)
+
+
+def slow_header(kind: str, arguments: dict[str, Any]) -> str | None:
+    """SLOW_HEADER where the build's CUDA sources include <torch/extension.h>, else None."""
+    if kind == "load_inline":
+        sources = arguments.get("cuda_sources") or []
+        texts = [sources] if isinstance(sources, str) else list(sources)
+    else:
+        names = arguments.get("sources") or []
+        paths = [Path(n) for n in ([names] if isinstance(names, str) else names)]
+        texts = [_text(p) for p in paths if p.suffix in (".cu", ".cuh")]
+    return SLOW_HEADER if any(_EXTENSION_H.search(text) for text in texts) else None
+
+
+def _text(path: Path) -> str:
+    try:
+        return path.read_text(encoding="utf-8", errors="replace")
+    except OSError:
+        return ""
 
 
 _ERROR_LINE = re.compile(r"\berror\b|undefined reference|undefined symbol", re.IGNORECASE)

@@ -48,11 +48,13 @@ class BuildStart:
 
 @dataclass(frozen=True)
 class BuildEnd:
-    """An extension build ended; `cached`: nothing was compiled."""
+    """An extension build ended; `cached`: nothing was compiled; `hint`: how it could build
+    faster (harness.measure.builds.slow_header)."""
 
     name: str
     seconds: float = 0.0
     cached: bool = False
+    hint: str | None = None
 
 
 @dataclass(frozen=True)

@@ -61,7 +61,8 @@ class Progress:
             elif event.cached:  # nothing was compiled: claim no build
                 self._line(f"{self.prefix}: loaded {name} from the build cache")
             else:
-                self._line(f"{self.prefix}: built {name} in {event.seconds:.1f} s")
+                hint = f" ({event.hint})" if event.hint else ""
+                self._line(f"{self.prefix}: built {name} in {event.seconds:.1f} s{hint}")
         elif isinstance(event, Tick) and self.bar is None:
             self._show(self.doing, event.elapsed, *_waiting(event))
 

@@ -93,7 +93,8 @@ class SerialReport(Report):
     def built(self, unit: Unit, result: Judged) -> None:
         for build in result.builds or ():
             if not build.cached:
-                self.note(f"{unit.label}: built {build.name} in {build.seconds or 0:.1f} s")
+                hint = f" ({build.hint})" if build.hint else ""
+                self.note(f"{unit.label}: built {build.name} in {build.seconds or 0:.1f} s{hint}")
 
     def judging(self, unit: Unit, slot: str) -> OnEvent:
         self.progress.start(unit.index, unit.total, unit.label)
