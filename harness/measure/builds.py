@@ -131,13 +131,17 @@ def _uses_cuda(kind: str, arguments: dict[str, Any]) -> bool:
         return True
     if kind == "load_inline":
         return bool(arguments.get("cuda_sources"))
+    return bool(_cuda_files(arguments))
+
+
+def _cuda_files(arguments: dict[str, Any]) -> list[Path]:
+    """The CUDA files among `load`'s sources (a path, or a list of them)."""
     sources = arguments.get("sources") or []
-    if isinstance(sources, str):
-        sources = [sources]
-    return any(str(s).endswith((".cu", ".cuh")) for s in sources)
+    paths = [Path(s) for s in ([sources] if isinstance(sources, str) else sources)]
+    return [path for path in paths if str(path).endswith((".cu", ".cuh"))]
 
 
-_EXTENSION_H = re.compile(r"#\s*include\s*[<\"]torch/extension\.h[>\"]")
+_EXTENSION_H = re.compile(rf"#\s*include\s*[<\"]{re.escape(pch.HEADER)}[>\"]")
 SLOW_HEADER = (
     "its CUDA source includes <torch/extension.h>; <torch/types.h> is enough there and nvcc "
     "takes well under half the time (docs/problems.md)"
@@ -150,9 +154,7 @@ def slow_header(kind: str, arguments: dict[str, Any]) -> str | None:
         sources = arguments.get("cuda_sources") or []
         texts = [sources] if isinstance(sources, str) else list(sources)
     else:
-        names = arguments.get("sources") or []
-        paths = [Path(n) for n in ([names] if isinstance(names, str) else names)]
-        texts = [_text(p) for p in paths if p.suffix in (".cu", ".cuh")]
+        texts = [_text(path) for path in _cuda_files(arguments)]
     return SLOW_HEADER if any(_EXTENSION_H.search(text) for text in texts) else None
 
 

@@ -61,8 +61,7 @@ class Progress:
             elif event.cached:  # nothing was compiled: claim no build
                 self._line(f"{self.prefix}: loaded {name} from the build cache")
             else:
-                hint = f" ({event.hint})" if event.hint else ""
-                self._line(f"{self.prefix}: built {name} in {event.seconds:.1f} s{hint}")
+                self._line(f"{self.prefix}: {built_line(name, event.seconds, event.hint)}")
         elif isinstance(event, Tick) and self.bar is None:
             self._show(self.doing, event.elapsed, *_waiting(event))
 
@@ -119,6 +118,11 @@ class Progress:
                 self.stream.write("\r\x1b[2K")
             self.stream.write(text + "\n")
             self.stream.flush()
+
+
+def built_line(name: str, seconds: float, hint: str | None) -> str:
+    """'built NAME in 40.6 s', with how it could build faster where there is a way."""
+    return f"built {name} in {seconds:.1f} s" + (f" ({hint})" if hint else "")
 
 
 def _waiting(event: Tick) -> tuple[str, str]:

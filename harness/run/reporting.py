@@ -20,7 +20,7 @@ from harness import status
 from harness.measure.events import OnEvent
 from harness.measure.judged import Judged
 from harness.results import report
-from harness.run.progress import QUIET_S, Progress
+from harness.run.progress import QUIET_S, Progress, built_line
 from harness.stats import geomean
 
 if TYPE_CHECKING:
@@ -93,8 +93,7 @@ class SerialReport(Report):
     def built(self, unit: Unit, result: Judged) -> None:
         for build in result.builds or ():
             if not build.cached:
-                hint = f" ({build.hint})" if build.hint else ""
-                self.note(f"{unit.label}: built {build.name} in {build.seconds or 0:.1f} s{hint}")
+                self.note(f"{unit.label}: {built_line(build.name, build.seconds or 0, build.hint)}")
 
     def judging(self, unit: Unit, slot: str) -> OnEvent:
         self.progress.start(unit.index, unit.total, unit.label)
