@@ -1,5 +1,6 @@
 """On a GPU only: CUDA solutions build for the device, run, and fail safely."""
 
+import statistics
 from typing import Any
 
 import pytest
@@ -228,11 +229,12 @@ def test_a_solution_that_synchronizes_is_flagged_and_timed_as_it_runs_in_a_loop(
         assert bench["reference"]["synchronizes"] is False, bench["name"]
     table = next((cli.root / "results").glob("*/toy_sync.md")).read_text()
     assert "solution synchronizes with the device" in table
-    # The timed figure is what a loop of such calls costs per call (within 20%).
-    figures = {
-        b["name"]: (b["solution"]["median_us"], b.get("wall_us")) for b in record["benchmarks"]
-    }
-    assert all(wall and abs(timed / wall - 1) <= 0.2 for timed, wall in figures.values()), figures
+    # The timed figure is what a loop of such calls costs per call: within 10% over the five
+    # rows (their median ratio), and every row within 35% (the host's noise moves a row of 30 us
+    # by a quarter now and then; with one warm call the median ratio was 1.09-1.32 on the H200).
+    ratios = {b["name"]: b["solution"]["median_us"] / b["wall_us"] for b in record["benchmarks"]}
+    assert abs(statistics.median(ratios.values()) - 1) <= 0.1, ratios
+    assert all(abs(ratio - 1) <= 0.35 for ratio in ratios.values()), ratios
 
 
 PRIMARY_CONTEXTS = """

@@ -3,8 +3,9 @@ copy) costs per call in a back-to-back loop, against the ways one call can be ti
 toy CUDA solution that synchronizes four ways (TOY_SYNC); the figures behind CudaTimer's
 handling of such calls (issue 12, item 2).
 
-Run on: the lent NVIDIA H200, at commit 2bf89e0 plus this script, 2026-11-30 ~22:10 UTC.
-Recorded output: tuning/results/sync_timing_toy_h200.txt.
+Run on: the lent NVIDIA H200, at commit 2bf89e0 plus this script, 2026-11-30 ~22:10 UTC; and
+at 0e255ad with `_waited` no longer querying the stream before the call (one warm call),
+2026-12-02 ~10:55 UTC. Recorded output of both: tuning/results/sync_timing_toy_h200.txt.
 
 Runs on a GPU: python tuning/sync_timing_toy.py [--samples N]. For each TOY_SYNC mode of
 tests/fixtures/toy_solutions/cuda_synchronizes.py, on the toy problem's benchmark (256x256), it
@@ -17,7 +18,10 @@ prints the median microseconds per call of:
     pair        flush, synchronize, one call, then the host clock around a second call
     pair_flush  one call, flush, synchronize, then the host clock around a second call
     each        back-to-back calls, the host clock around each
-    timer       harness.measure.timing.CudaTimer, one call per run
+    timer       harness.measure.timing.CudaTimer, one call per run (with a warm call on
+                other inputs, as the harness's feeds give it)
+    sampled     harness.measure.timing.sample with the reference (x * 2 + 1) beside it, as a
+                benchmark row is sampled (the solution's median)
 """
 
 from __future__ import annotations
@@ -32,7 +36,8 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from harness.measure.timing import CudaTimer
+from harness.measure.timing import Call, CudaTimer, sample
+from harness.settings import StopRule
 
 SOLUTION = Path(__file__).resolve().parents[1] / "tests/fixtures/toy_solutions/cuda_synchronizes.py"
 SAMPLES = int(sys.argv[sys.argv.index("--samples") + 1]) if "--samples" in sys.argv else 200
@@ -51,7 +56,22 @@ def median_us(take, samples: int = SAMPLES) -> float:
     return statistics.median(take() for _ in range(samples))
 
 
-def variants(call, timer: CudaTimer) -> dict[str, float]:
+class Warmed:
+    """A call with a warm call on other inputs (harness.measure.feeding.Feed.warm)."""
+
+    name = "solution"
+
+    def __init__(self, model, x, other) -> None:
+        self.model, self.x, self.other = model, x, other
+
+    def __call__(self):
+        return self.model(self.x)
+
+    def warm(self) -> None:
+        self.model(self.other)
+
+
+def variants(call, timer: CudaTimer, warmed: Warmed) -> dict[str, float]:
     sync = torch.cuda.synchronize
     clock = time.perf_counter
 
@@ -106,10 +126,14 @@ def variants(call, timer: CudaTimer) -> dict[str, float]:
     figures["pair"] = median_us(timed(flush_sync_call))
     figures["pair_flush"] = median_us(timed(call_flush_sync))
     figures["each"] = each()
-    named = lambda: call()  # noqa: E731
-    named.name = "solution"  # type: ignore[attr-defined]  # CudaTimer keys calls by name
-    figures["timer"] = statistics.median(timer.run([named])[0] for _ in range(SAMPLES))
+    figures["timer"] = statistics.median(timer.run([warmed])[0] for _ in range(SAMPLES))
     figures["timer_sync"] = float(timer.synchronizing["solution"])
+    x = warmed.x
+    calls: dict[str, Call] = {"reference": lambda: x * 2 + 1, "solution": warmed}
+    rule = StopRule(
+        warmup_ms=20, min_samples=SAMPLES, max_samples=SAMPLES, target_rse=1e-9, budget_ms=1e4
+    )
+    figures["sampled"] = sample(calls, timer, rule).measurements["solution"].median_us
     return figures
 
 
@@ -125,7 +149,8 @@ def main() -> None:
             for _ in range(20):
                 model(x)
             timer.reset()
-            rows.append((mode, variants(lambda m=model: m(x), timer)))
+            warmed = Warmed(model, x, torch.randn_like(x))
+            rows.append((mode, variants(lambda m=model: m(x), timer, warmed)))
     names = list(rows[0][1])
     print("mode    " + " ".join(f"{n:>11}" for n in names))
     for mode, figures in rows:

@@ -203,17 +203,20 @@ class CudaTimer:
     A call that waits for the device (cudaDeviceSynchronize, .item(), .cpu(), a blocking copy)
     would wait for the sleep too, so its host time, and with it the next sleep, would grow
     round after round. Each call is probed once, before its first timed run (`probe`); a call
-    that waits is timed by the host's clock instead, from an idle device until its work is done
-    (`_waited`): its kernels plus its synchronisation, what a loop of such calls costs. In a
-    loop, each call finds the host's caches warm with the code of the one before; amid the
-    harness's own work (new inputs, the other side's call) the same call took 1.5x as long on
-    the H200. So an untimed call (`warm_call`, on other inputs) comes just before it, after the
-    flush: back to back, as in a loop, with its own inputs still cold.
+    that waits is timed by the host's clock instead, from the return of the call before it to
+    its own (`_waited`): its kernels plus its synchronisation, what a loop of such calls costs. In a
+    loop, each call finds the host as the one before left it; amid the harness's own work (new
+    inputs, the other side's call) the same call took 1.5x as long on the H200. So WARM_CALLS
+    untimed calls (`warm_call`, on other inputs) come just before it, after the flush: back to
+    back, as in a loop, with its own inputs still cold. On the H200 (2026-12-02, toy_sync's five
+    rows, two runs each) one warm call left the timed figure 1.04-1.64x the loop's (median of
+    the rows 1.09 and 1.19), four gave 0.96-1.04x but one row of 1.29 (medians 0.97 and 0.99).
     """
 
     HOST_MARGIN = 1.5  # the sleep covers this many times the call's median host time ...
     HOST_EXTRA_US = 10.0  # ... plus this
     PROBE_SLEEPS_US = (1000.0, 4000.0)  # the two sleeps a call is probed behind
+    WARM_CALLS = 4  # untimed calls just before a call that waits for the device (class doc)
 
     def __init__(
         self, device: torch.device, flush: str | None = "read", method: str = "cuda_events"
@@ -241,8 +244,7 @@ class CudaTimer:
             prepare_call(call)
             self.flush()
             if self.synchronizing[name]:
-                torch.cuda.synchronize(self.device)  # the flush done before the warm call
-                warm_call(call)
+                torch.cuda.synchronize(self.device)  # the flush done before the warm calls
                 waited = self._waited(call)
                 timed.append(waited)
                 host.append((name, waited))
@@ -263,23 +265,22 @@ class CudaTimer:
         return [t if isinstance(t, float) else t[0].elapsed_time(t[1]) * 1e3 for t in timed]
 
     def _waited(self, call: Call) -> float:
-        """A call that waits for the device, timed as a loop of such calls costs: the host's
-        clock from the call, the device idle, until it returns; or, where it left work on the
-        stream after its own wait, until that work is done too. Microseconds.
+        """A call that waits for the device, timed as a loop of such calls costs: WARM_CALLS
+        untimed calls, then the host's clock from the return of the last one to the return of
+        this one, in microseconds. Work a call leaves on the stream after its wait is waited for
+        by the next one (stream order), so each window holds what the call before left, as each
+        turn of a loop does.
 
-        The stream is queried rather than synchronized where it can be: on the H200 a
-        synchronize costs 6-8 us even on an idle device, a third of such a call
-        (tuning/sync_timing_toy.py)."""
-        stream = torch.cuda.current_stream(self.device)
-        if not stream.query():  # the warm call left work behind
-            torch.cuda.synchronize(self.device)
+        Nothing comes between the last warm call and this one: on the H200 a call that followed
+        a synchronize or a stream query of the harness's own (to be sure the device was idle)
+        took 1.1-1.5x what the same call costs in a loop (2026-12-02, tuning/sync_timing_toy.py
+        and tuning/sync_warm_calls.sh), while one that follows calls of its own costs what it
+        does in a loop."""
+        for _ in range(self.WARM_CALLS):
+            warm_call(call)
         begin = time.perf_counter()
         call()
-        end = time.perf_counter()
-        if not stream.query():
-            torch.cuda.synchronize(self.device)
-            end = time.perf_counter()
-        return (end - begin) * 1e6
+        return (time.perf_counter() - begin) * 1e6
 
     def probe(self, call: Call) -> bool:
         """Whether `call` waits for the device: its host time behind each of two sleeps, after
