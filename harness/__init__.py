@@ -25,7 +25,7 @@ measure/   the worker process, one per solution: builds, checks and times it
     worker     load, check and time one solution (the worker's entry point)
     judged     what a worker's job ended with, as the parent reads it (one type, every job)
     events     what a worker tells the parent while it works (phase, case, builds, its end)
-    spare      a worker started before its job, warm when the job comes
+    spare      a worker started ahead of its job, imported (and warm) when the job comes
     seen       the wall-clock cross-check after the timing: work the timer did not see
     builds     watch the extension builds a solution makes
     pch        PyTorch's extension header, precompiled once for every build

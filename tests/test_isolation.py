@@ -2,14 +2,15 @@
 
 from dataclasses import replace
 from pathlib import Path
+from typing import ClassVar
 
 import pytest
 
 from harness import status
-from harness.measure.events import Event, ReadyToTime
+from harness.measure.events import Event, Phase, ReadyToTime, Tick
 from harness.measure.judged import Judged
 from harness.measure.worker import Job
-from harness.run import isolate
+from harness.run import isolate, pool
 from harness.run.pool import LocalSlot
 from harness.settings import Checking, Places, Settings, StopRule, Timing
 from tests.conftest import TOY, CliRun, toy_solution
@@ -121,12 +122,12 @@ def test_a_spare_worker_runs_a_job_as_a_fresh_one_does(tmp_path: Path) -> None:
     assert "deliberate failure" in (tmp_path / "dead.log").read_text()  # a fresh worker ran it
 
 
-def test_a_gpu_slot_runs_each_next_job_in_a_spare_that_warmed_before_the_timing(
+def test_a_gpu_slot_runs_each_next_job_in_a_spare_started_ahead_of_it(
     tmp_path: Path,
 ) -> None:
-    # As on a GPU (spares are off on a CPU slot): the second and third jobs get spares, and
-    # every job's time step passes the gate only once the next spare is warm; the last job,
-    # with no job after it (`more` False), starts no spare.
+    # As on a GPU (spares are off on a CPU slot): the second and third jobs get spares, every
+    # job's time step passes the gate, and a spare that warmed did so before a timing; the last
+    # job, with no job after it (`more` False), starts none and closes those left.
     places = Places(tmp_path / "results", tmp_path / "builds", tmp_path / "logs")
     rule = StopRule(warmup_ms=0, min_samples=3, max_samples=3)
     settings = Settings(
@@ -146,7 +147,7 @@ def test_a_gpu_slot_runs_each_next_job_in_a_spare_that_warmed_before_the_timing(
             )
             for n in range(3)
         ]
-        assert slot._spare is None
+        assert not slot._ahead
     finally:
         slot.close()
     assert [r.status for r in results] == ["ok"] * 3, results
@@ -154,3 +155,67 @@ def test_a_gpu_slot_runs_each_next_job_in_a_spare_that_warmed_before_the_timing(
     assert ahead == [False, True, True]
     assert seen.count(ReadyToTime()) == 3  # each passed the gate
     assert {type(event).__module__ for event in seen} == {"harness.measure.events"}  # typed
+
+
+class FakeSpare:
+    """Stands in for isolate.Spare: ready once `imported` is set; records what it was told."""
+
+    made: ClassVar[list["FakeSpare"]] = []
+
+    def __init__(self) -> None:
+        self.imported = self.warming = self.warmed = self.closed = False
+        self.told: list[str] = []
+        FakeSpare.made.append(self)
+
+    def ready(self) -> bool:
+        return self.imported
+
+    def warm(self, device: str) -> None:
+        self.told.append(f"warm {device}")
+        self.warming = True
+
+    def wait_warm(self, limit_s: float) -> None:
+        if self.warming:
+            self.told.append("waited")
+            self.warming, self.warmed = False, True
+
+    def close(self) -> None:
+        self.closed = True
+
+
+def test_a_slots_timing_never_waits_for_a_spare_still_importing(monkeypatch) -> None:
+    """Spares start ahead of their jobs (pool.SPARES_AHEAD); only the next job's spare warms
+    up, only once imported and only before the current job times; the timing waits for a
+    warm-up under way, not for imports; the last job closes the spares left."""
+
+    FakeSpare.made = []
+    monkeypatch.setattr(pool.isolate, "Spare", FakeSpare)
+    script: list[str] = []  # what the fake job does: "event", "import", "time"
+
+    def execute(job, folders, on_event, spare, before_timing) -> Judged:
+        for step in script:
+            if step == "import":
+                FakeSpare.made[0].imported = True
+            elif step == "time":
+                before_timing()
+            else:
+                on_event(Tick("check") if step == "tick" else Phase("check"))
+        return Judged(status.OK)
+
+    monkeypatch.setattr(pool, "execute", execute)
+    monkeypatch.setattr(pool.machine, "loaded", lambda described, device: None)
+    slot = LocalSlot("cuda:0")
+    slot._described = object()  # type: ignore[assignment]
+    job = Job("toy", "r.py", "s.py", "", "x", Settings(device="cuda:0"))
+    script[:] = ["event", "tick", "time", "import", "tick"]  # imports end after the gate
+    slot.run(job, [], lambda event: None)
+    assert len(FakeSpare.made) == pool.SPARES_AHEAD
+    assert all(spare.told == [] for spare in FakeSpare.made)  # none warmed, none waited for
+    FakeSpare.made[1].imported = True
+    script[:] = ["event", "time", "tick"]
+    slot.run(job, [], lambda event: None)  # takes made[0]; made[1] is next and imported
+    assert FakeSpare.made[1].told == ["warm cuda:0", "waited"]
+    assert len(FakeSpare.made) == pool.SPARES_AHEAD + 1 and FakeSpare.made[-1].told == []
+    slot.run(job, [], lambda event: None, more=False)
+    assert len(FakeSpare.made) == pool.SPARES_AHEAD + 1  # none started for the last job
+    assert all(spare.closed for spare in FakeSpare.made[2:]) and not slot._ahead

@@ -2,7 +2,8 @@
 whole through the worker's pipe (harness.run.isolate reads them, harness.run.progress shows
 them). The job's end is `Done`, carrying its Judged; the parent adds `Tick`s of its own.
 
-A spare worker (harness.measure.spare) is told `Warm` before its job and answers `Warmed`.
+A spare worker (harness.measure.spare) says `Imported` once its imports are done; it may then
+be told `Warm` before its job, and answers `Warmed`.
 """
 
 from __future__ import annotations
@@ -80,6 +81,11 @@ class Tick:
     limit: float | None = None
     flag: str | None = None
     case: str | None = None
+
+
+@dataclass(frozen=True)
+class Imported:
+    """From a spare worker: its imports are done; it touched no device yet."""
 
 
 @dataclass(frozen=True)

@@ -30,11 +30,13 @@ from harness.measure.events import (
     BuildStart,
     Done,
     Event,
+    Imported,
     OnCase,
     Phase,
     ReadyToTime,
     Tick,
     Warm,
+    Warmed,
 )
 from harness.measure.judged import Judged, failure, harness_failure
 from harness.measure.spare import waiting
@@ -46,9 +48,9 @@ JOIN_S = 10.0  # how long a finished worker may take to exit
 
 class Spare:
     """A worker started ahead of its job (harness.measure.spare): it imports torch and the
-    harness (seconds) while the slot's current job runs, warms up on the device when told (never
+    harness (seconds) while the slot's current jobs run, warms up on the device when told (never
     while a job times), then waits for its job. It is the fresh process a job would get
-    otherwise, with its start done; a spare that died meanwhile is not used."""
+    otherwise, with its start done, or under way; a spare that died meanwhile is not used."""
 
     def __init__(self) -> None:
         context = multiprocessing.get_context("spawn")
@@ -57,10 +59,20 @@ class Spare:
         self.process = _started(context.Process(target=waiting, args=(jobs, sender), daemon=True))
         jobs.close()
         sender.close()
-        self.warming = False
+        self.imported = False
+        self.warming = False  # told to warm, Warmed not read yet
+        self.warmed = False
 
     def usable(self) -> bool:
         return self.process.is_alive()
+
+    def ready(self) -> bool:
+        """Whether its imports are done (it said Imported); never waits."""
+        if not self.imported and self.usable():
+            with contextlib.suppress(EOFError, OSError):
+                if self.receiver.poll(0):
+                    self.imported = isinstance(self.receiver.recv(), Imported)
+        return self.imported
 
     def warm(self, device: str) -> None:
         """Have it start CUDA on `device` now (the slot's job is not timing yet)."""
@@ -74,8 +86,8 @@ class Spare:
             return
         if self.receiver.poll(limit_s):
             with contextlib.suppress(EOFError, OSError):
-                self.receiver.recv()  # its Warmed: nothing else comes before a job
-                self.warming = False
+                self.receiver.recv()  # its Warmed: it was told to warm once Imported
+                self.warming, self.warmed = False, True
                 return
         self.close()
 
@@ -166,6 +178,8 @@ def _watch(
                 message = receiver.recv()
             except (EOFError, OSError):
                 return at(_died(process, log, phase))
+            if isinstance(message, Imported | Warmed):  # a spare's, not yet read
+                continue
             if isinstance(message, Done):
                 return at(message.judged)
             if isinstance(message, Phase):

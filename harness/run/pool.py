@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+from collections import deque
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
@@ -18,7 +19,7 @@ from pathlib import Path
 import torch
 
 from harness.errors import UserError
-from harness.measure.events import Event, OnEvent, Phase
+from harness.measure.events import Event, OnEvent
 from harness.measure.judged import Judged
 from harness.measure.worker import Job
 from harness.record import Machine
@@ -27,6 +28,9 @@ from harness.settings import REPO
 
 COMPILES_PER_BUILD = "2"  # MAX_JOBS: the compile steps one build runs at once (ninja -j)
 WARM_S = 60.0  # how long a job's timing waits for the next job's spare to warm up
+# Spare workers a GPU slot keeps started ahead of its jobs: a spare's imports took longer than
+# a job's check and timing on the H200, whose timing then waited for them (harness.measure.spare)
+SPARES_AHEAD = 3
 
 
 def execute(
@@ -61,10 +65,11 @@ class LocalSlot:
         self.device = device
         self.name = device
         self._described: Machine | None = None
-        # On a GPU, the next job's worker starts while this one runs: its imports then cost
-        # the slot nothing. Not on a CPU, where it would share the cores a timing runs on.
+        # On a GPU, the next jobs' workers start while this one runs: their imports then cost
+        # the slot nothing. Not on a CPU, where they would share the cores a timing runs on.
         self.spares = device != "cpu"
-        self._spare: isolate.Spare | None = None
+        self._ahead: deque[isolate.Spare] = deque()  # the next jobs' workers, in order
+        self._timing = False  # the current job passed its gate: nothing may warm up
 
     def machine(self) -> Machine:
         """The machine as this slot's device sees it (GPU, driver, host...), read once."""
@@ -74,37 +79,43 @@ class LocalSlot:
 
     def run(self, job: Job, folders: list[Path], on_event: OnEvent, more: bool = True) -> Judged:
         """Run `job` on this slot's device; the result carries the machine and its load as the
-        job began (`machine`). `more`: whether another job may follow, for which a spare
-        worker starts (the run's last job does not wait for a spare that nothing would use)."""
+        job began (`machine`). `more`: whether another job may follow, for which spare workers
+        start (SPARES_AHEAD of them; with no job after this one, those left are closed)."""
         where = machine.loaded(self.machine(), torch.device(self.device))
-        spare, self._spare = self._spare, None
+        spare = self._ahead.popleft() if self._ahead else None
+        self._timing = False
         if self.spares and more:
-            on_event = self._starting_spare(on_event)
+            while len(self._ahead) < SPARES_AHEAD:
+                self._ahead.append(isolate.Spare())
+            on_event = self._warming_ahead(on_event)
+        else:
+            self.close()
         job = on_device(job, self.device)
-        result = execute(job, folders, on_event, spare, self._spare_warmed)
+        result = execute(job, folders, on_event, spare, self._before_timing)
         return dataclasses.replace(result, machine=where)
 
-    def _starting_spare(self, on_event: OnEvent) -> OnEvent:
-        """`on_event`, which starts the next job's spare worker once this job has begun, and
-        has it warm up on the device at once: this job is not timing yet, and its time step
-        waits for the spare to be warm (`_spare_warmed`)."""
+    def _warming_ahead(self, on_event: OnEvent) -> OnEvent:
+        """`on_event`, which has the next job's spare warm up on the device once its imports
+        are done, if this job is not timing yet (each event, a Tick at least every POLL_S)."""
 
         def seen(event: Event) -> None:
-            if self._spare is None and isinstance(event, Phase):
-                self._spare = isolate.Spare()
-                self._spare.warm(self.device)
+            head = self._ahead[0] if self._ahead else None
+            if head and not (self._timing or head.warming or head.warmed) and head.ready():
+                head.warm(self.device)
             on_event(event)
 
         return seen
 
-    def _spare_warmed(self) -> None:
-        if self._spare is not None:
-            self._spare.wait_warm(WARM_S)
+    def _before_timing(self) -> None:
+        """The current job is about to time: no spare starts warming from now on, and the
+        one warming now is waited for (a spare not yet imported warms in its own job)."""
+        self._timing = True
+        if self._ahead:
+            self._ahead[0].wait_warm(WARM_S)
 
     def close(self) -> None:
-        if self._spare is not None:
-            self._spare.close()
-            self._spare = None
+        while self._ahead:
+            self._ahead.popleft().close()
 
 
 class LocalPool:
