@@ -7,6 +7,10 @@
 #                                                          run.py --compare, a --graph run
 #   GIT_COMMIT=<sha> bash scripts/gpu_session.sh checks    every GPU test (scripts/gpu_tests.sh)
 #   GIT_COMMIT=<sha> bash scripts/gpu_session.sh sanitize  memcheck on the fast kernels' cases
+#   bash scripts/gpu_session.sh throughput   issue 24's figures (docs/scale.md): a level-1-sized
+#                     suite of COUNT problems (default 60) built alone (builds per hour), then
+#                     swept on those builds (cached); a second suite (seed 1, COLD problems,
+#                     default 40) swept cold; multilabel_margin with 14 CUDA solutions, cold
 #   KB_SRC=<KernelBench checkout> KB_PROBLEMS=<its level1 files> bash scripts/gpu_session.sh \
 #       kernelbench   the side-by-side with KernelBench's own evaluator (docs/kernelbench.md, "Judged as
 #                     KernelBench judges"): builds first, KernelBench's evaluator, then the
@@ -100,6 +104,28 @@ elif [ "$part" = kernelbench-rest ]; then
   step kb-profile 300 $python run.py "${sweep[@]}" "${as_kb[@]}" --resume \
     --results-dir "$state/kb"
   step kb-default $((budget - SECONDS)) $python run.py "${sweep[@]}" --resume --results-dir "$state/kb"
+elif [ "$part" = throughput ]; then
+  # Builds alone first (so that their rate is the host's), then the judging on cached builds,
+  # then a sweep with its builds in it; the sweeps' summaries give the per-solution medians.
+  warm=$state/l1-warm cold=$state/l1-cold
+  $python scripts/make_suite.py "$warm" --count "${COUNT:-60}" --sizes level1 >/dev/null
+  $python scripts/make_suite.py "$cold" --count "${COLD:-40}" --sizes level1 --seed 1 >/dev/null
+  step l1-builds 200 $python run.py --problems "$warm/problems" --solutions "$warm/solutions" \
+    --build-dir "$warm/builds" --build-only --build-jobs "$(nproc)"
+  step l1-cached 150 $python scripts/load_test.py "$warm" --label cached \
+    --json "$out/l1-cached.json" -- --budget-ms 500
+  step l1-cold 200 $python scripts/load_test.py "$cold" --label cold \
+    --json "$out/l1-cold.json" -- --budget-ms 500 --build-jobs "$(nproc)"
+  copies=$state/multilabel && mkdir -p "$copies" && cp solutions/multilabel_margin/*.py "$copies/"
+  for n in 1 2 3 4 5 6 7 8 9 10; do  # 10 more CUDA solutions: the shipped ones, built apart
+    base=$(ls solutions/multilabel_margin/*_cuda.py | sed -n "$(((n - 1) % 4 + 1))p")
+    sed "s/name=\"multilabel_margin_\([a-z_]*\)\"/name=\"multilabel_margin_\1_copy$n\"/" \
+      "$base" >"$copies/copy${n}_$(basename "$base")"
+  done
+  each=() && for file in "$copies"/*.py; do each+=(--solution "$file"); done
+  step multilabel-14 $((budget - SECONDS)) $python run.py --problem multilabel_margin "${each[@]}" \
+    --build-dir "$state/multilabel-builds" --build-jobs "$(nproc)" \
+    --results-dir "$state/multilabel-results"
 else  # sanitize
   for solution in multilabel_margin/fast_cuda multilabel_margin/warp_cuda smooth_l1/fast_cuda; do
     step "memcheck-${solution//\//-}" 120 compute-sanitizer --tool memcheck --error-exitcode 9 \

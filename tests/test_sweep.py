@@ -156,6 +156,12 @@ def test_the_sweep_summary_says_where_the_workers_time_went_by_phase_and_part() 
     assert "workers' time: load 2.0 s, check 12.0 s, time 8.0 s; of check and time: " in text
     # 20 s of check and time, 13 s of them in parts, the largest first
     assert "compare 4.0 s, inputs 3.0 s, timing 3.0 s, elsewhere 10.0 s" in text
+    third = dataclasses.replace(
+        record("c", "wrong", status="incorrect", run_id="r"), phase_s={"load": 4.0, "check": 1.0}
+    )
+    text = sweep_summary([first, second, third], "r", seconds=30.0)
+    # each phase's median over the solutions that reached it (the wrong one was never timed)
+    assert "per solution, median: load 1.00 s (3), check 6.00 s (3), time 4.00 s (2)" in text
 
 
 def test_a_sweep_run_with_check_only_says_none_timed_not_none_correct() -> None:

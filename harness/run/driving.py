@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import argparse
 import shlex
+import statistics
 import sys
 import time
 from pathlib import Path
@@ -200,7 +201,19 @@ def sweep_summary(records: list[RunRecord], run_id: str, seconds: float) -> str:
     split = time_split(now)
     if split:
         lines.append(f"  workers' time: {split}")
+        lines.append(f"  per solution, median: {phase_medians(now)}")
     return "\n".join(lines)
+
+
+def phase_medians(records: list[RunRecord]) -> str:
+    """Each phase's median seconds per solution over the `records` that reached it."""
+    phases: dict[str, list[float]] = {}
+    for record in records:
+        for name, seconds in (record.phase_s or {}).items():
+            phases.setdefault(name, []).append(seconds)
+    return ", ".join(
+        f"{name} {statistics.median(spent):.2f} s ({len(spent)})" for name, spent in phases.items()
+    )
 
 
 def time_split(records: list[RunRecord]) -> str:
