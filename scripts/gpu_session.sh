@@ -11,6 +11,13 @@
 #                     suite of COUNT problems (default 60) built alone (builds per hour), then
 #                     swept on those builds (cached); a second suite (seed 1, COLD problems,
 #                     default 40) swept cold; multilabel_margin with 14 CUDA solutions, cold
+# On a machine with two GPUs (issue 27, docs/scale.md), a call each:
+#   GPUS=0 bash scripts/gpu_session.sh scaling     the level-1-sized suite (COUNT, default 100,
+#   GPUS=all bash scripts/gpu_session.sh scaling   seed 2) swept cold on GPU 0, then on both
+#   bash scripts/gpu_session.sh resume             the same on both, killed after KILL_AFTER (40)
+#                                                  records, then --resume: every record once
+#   bash scripts/gpu_session.sh gpu-rows           the shipped problems timed on cuda:0, then on
+#                                                  cuda:1, and --compare between the two
 #   KB_SRC=<KernelBench checkout> KB_PROBLEMS=<its level1 files> bash scripts/gpu_session.sh \
 #       kernelbench   the side-by-side with KernelBench's own evaluator (docs/kernelbench.md, "Judged as
 #                     KernelBench judges"): builds first, KernelBench's evaluator, then the
@@ -126,6 +133,28 @@ elif [ "$part" = throughput ]; then
   step multilabel-14 $((budget - SECONDS)) $python run.py --problem multilabel_margin "${each[@]}" \
     --build-dir "$state/multilabel-builds" --build-jobs "$(nproc)" \
     --results-dir "$state/multilabel-results"
+elif [ "$part" = scaling ] || [ "$part" = resume ]; then
+  # Each sweep builds afresh (--fresh-builds: a build folder per label), so that the one-GPU
+  # and two-GPU figures both include their builds.
+  suite=$state/l1-scale
+  [ -f "$suite/expected.json" ] || $python scripts/make_suite.py "$suite" --count "${COUNT:-100}" \
+    --sizes level1 --seed 2 >/dev/null
+  if [ "$part" = scaling ]; then
+    label=gpus-${GPUS//,/-} && more=()
+  else
+    label=killed && more=(--kill-after "${KILL_AFTER:-40}") && GPUS=all
+  fi
+  step "$label" $((budget - SECONDS)) $python scripts/load_test.py "$suite" --gpus "$GPUS" \
+    --fresh-builds --label "$label" "${more[@]}" --json "$out/$label.json" \
+    -- --budget-ms 300 --build-jobs "$(nproc)"
+elif [ "$part" = gpu-rows ]; then
+  # The same solutions timed on each GPU (builds shared); --compare lists the rows that moved.
+  step rows-build 200 $python run.py --all --build-only --build-jobs "$(nproc)"
+  for index in 0 1; do
+    step "rows-gpu$index" 170 $python run.py --all --device "cuda:$index" \
+      --results-dir "$state/gpu$index"
+  done
+  step rows-compare 30 $python run.py --compare "$state/gpu0/$gpu" "$state/gpu1/$gpu"
 else  # sanitize
   for solution in multilabel_margin/fast_cuda multilabel_margin/warp_cuda smooth_l1/fast_cuda; do
     step "memcheck-${solution//\//-}" 120 compute-sanitizer --tool memcheck --error-exitcode 9 \
