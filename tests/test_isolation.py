@@ -179,6 +179,14 @@ class FakeSpare:
             self.told.append("waited")
             self.warming, self.warmed = False, True
 
+    def pause(self) -> None:
+        if not self.imported:
+            self.told.append("pause")
+
+    def resume(self) -> None:
+        if self.told[-1:] == ["pause"]:
+            self.told.append("resume")
+
     def close(self) -> None:
         self.closed = True
 
@@ -186,7 +194,8 @@ class FakeSpare:
 def test_a_slots_timing_never_waits_for_a_spare_still_importing(monkeypatch) -> None:
     """Spares start ahead of their jobs (pool.SPARES_AHEAD); only the next job's spare warms
     up, only once imported and only before the current job times; the timing waits for a
-    warm-up under way, not for imports; the last job closes the spares left."""
+    warm-up under way, not for imports, and those still importing are paused until the job
+    ends; the last job closes the spares left."""
 
     FakeSpare.made = []
     monkeypatch.setattr(pool.isolate, "Spare", FakeSpare)
@@ -208,14 +217,19 @@ def test_a_slots_timing_never_waits_for_a_spare_still_importing(monkeypatch) -> 
     slot._described = object()  # type: ignore[assignment]
     job = Job("toy", "r.py", "s.py", "", "x", Settings(device="cuda:0"))
     script[:] = ["event", "tick", "time", "import", "tick"]  # imports end after the gate
-    slot.run(job, [], lambda event: None)
+    slot.run(job, [], lambda event: None, more=9)
     assert len(FakeSpare.made) == pool.SPARES_AHEAD
-    assert all(spare.told == [] for spare in FakeSpare.made)  # none warmed, none waited for
+    # none warmed or waited for; all paused through the timing (made[0] imported only after)
+    assert all(spare.told == ["pause", "resume"] for spare in FakeSpare.made)
     FakeSpare.made[1].imported = True
     script[:] = ["event", "time", "tick"]
-    slot.run(job, [], lambda event: None)  # takes made[0]; made[1] is next and imported
-    assert FakeSpare.made[1].told == ["warm cuda:0", "waited"]
-    assert len(FakeSpare.made) == pool.SPARES_AHEAD + 1 and FakeSpare.made[-1].told == []
-    slot.run(job, [], lambda event: None, more=False)
+    slot.run(job, [], lambda event: None, more=9)  # takes made[0]; made[1] is next, imported
+    assert FakeSpare.made[1].told == ["pause", "resume", "warm cuda:0", "waited"]
+    assert len(FakeSpare.made) == pool.SPARES_AHEAD + 1
+    assert FakeSpare.made[-1].told == ["pause", "resume"]
+    slot.run(job, [], lambda event: None, more=1)  # one job to follow: one spare kept
+    assert len(FakeSpare.made) == pool.SPARES_AHEAD + 1 and len(slot._ahead) == 1
+    assert FakeSpare.made[-1].closed  # the spare no job would use
+    slot.run(job, [], lambda event: None, more=0)
     assert len(FakeSpare.made) == pool.SPARES_AHEAD + 1  # none started for the last job
-    assert all(spare.closed for spare in FakeSpare.made[2:]) and not slot._ahead
+    assert all(spare.closed for spare in FakeSpare.made[3:]) and not slot._ahead

@@ -45,9 +45,9 @@ class FakeSlot:
     ) -> None:
         self.name, self.verdicts, self.meet = name, verdicts, meet
         self.judged: list[str] = []
-        self.more: list[bool] = []  # whether each job was told another may follow
+        self.more: list[int] = []  # how many jobs each job was told may follow
 
-    def run(self, job: Job, folders: list[Path], on_event: Any, more: bool = True) -> Judged:
+    def run(self, job: Job, folders: list[Path], on_event: Any, more: int = 1) -> Judged:
         self.more.append(more)
         if self.meet is not None and not self.judged:  # the first jobs of all slots at once
             self.meet.wait(timeout=20)
@@ -140,7 +140,9 @@ def test_a_compile_error_stands_without_a_judge_and_order_is_kept(tmp_path: Path
     outcome = Scheduler(session, pool, Report()).run(toy_work(*NAMES))
     assert sorted(pool.started) == sorted(NAMES)  # every build started
     assert pool.judged() == ["good", "wrong_scale", "returns_list"]  # not the compile error
-    assert pool.slots[0].more == [True, True, False]  # the last: no spare worker for a next
+    # units not yet handed to a slot (the compile error's among them until its turn); the
+    # last judged has none after it: no spare worker for a next
+    assert pool.slots[0].more == [3, 2, 0]
     records = outcome[0][1]
     assert not isinstance(records, Exception)
     assert [(r.solution, r.status) for r in records] == [

@@ -25,6 +25,7 @@ def waiting(jobs: Any, conn: Any) -> None:
     job's gate. A parent that closes the pipe without a job ends it quietly."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
+    worker.die_with_parent()  # also while paused (SIGSTOP) by its slot during a timing
     cuda_home = toolchain.find_cuda_home()  # as the job will set it; else torch warns here
     if cuda_home:
         os.environ["CUDA_HOME"] = cuda_home

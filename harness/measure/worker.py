@@ -85,14 +85,14 @@ def entry(job: Job, conn: Any, gate: Any = None) -> None:
     signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
     if job.task == "build":  # before CUDA starts: a build job never holds a GPU
         os.environ["CUDA_VISIBLE_DEVICES"] = ""
-    _die_with_parent()
+    die_with_parent()
     main(job, conn, gate)
 
 
 PR_SET_PDEATHSIG = 1  # from <sys/prctl.h>
 
 
-def _die_with_parent() -> None:
+def die_with_parent() -> None:
     """On Linux, have the kernel kill this worker when the harness dies, even of SIGKILL,
     so no hanging solution outlives it holding a GPU. Elsewhere, nothing."""
     parent = multiprocessing.parent_process()

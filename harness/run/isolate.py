@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import contextlib
 import multiprocessing
+import os
 import signal
 import time
 from collections.abc import Callable
@@ -62,6 +63,7 @@ class Spare:
         self.imported = False
         self.warming = False  # told to warm, Warmed not read yet
         self.warmed = False
+        self.paused = False
 
     def usable(self) -> bool:
         return self.process.is_alive()
@@ -90,6 +92,17 @@ class Spare:
                 self.warming, self.warmed = False, True
                 return
         self.close()
+
+    def pause(self) -> None:
+        """Stop it while it is still importing (SIGSTOP): a timing runs on this host."""
+        if not self.paused and self.usable() and not self.ready():
+            os.kill(self.process.pid, signal.SIGSTOP)
+            self.paused = True
+
+    def resume(self) -> None:
+        if self.paused and self.usable():
+            os.kill(self.process.pid, signal.SIGCONT)
+        self.paused = False
 
     def close(self) -> None:
         if self.process.is_alive():

@@ -29,7 +29,8 @@ from harness.settings import REPO
 COMPILES_PER_BUILD = "2"  # MAX_JOBS: the compile steps one build runs at once (ninja -j)
 WARM_S = 60.0  # how long a job's timing waits for the next job's spare to warm up
 # Spare workers a GPU slot keeps started ahead of its jobs: a spare's imports took longer than
-# a job's check and timing on the H200, whose timing then waited for them (harness.measure.spare)
+# a job's check and timing on the H200, whose timing then waited for them (harness.measure.spare);
+# they import while no timing runs (paused during one), so more than one is under way at once
 SPARES_AHEAD = 3
 
 
@@ -77,21 +78,28 @@ class LocalSlot:
             self._described = machine.describe(torch.device(self.device), REPO)
         return self._described
 
-    def run(self, job: Job, folders: list[Path], on_event: OnEvent, more: bool = True) -> Judged:
+    def run(self, job: Job, folders: list[Path], on_event: OnEvent, more: int = 1) -> Judged:
         """Run `job` on this slot's device; the result carries the machine and its load as the
-        job began (`machine`). `more`: whether another job may follow, for which spare workers
-        start (SPARES_AHEAD of them; with no job after this one, those left are closed)."""
+        job began (`machine`). `more`: how many jobs may follow (not yet taken by any slot),
+        for which spare workers start, SPARES_AHEAD at most; with none, those left are closed."""
         where = machine.loaded(self.machine(), torch.device(self.device))
         spare = self._ahead.popleft() if self._ahead else None
         self._timing = False
         if self.spares and more:
-            while len(self._ahead) < SPARES_AHEAD:
+            wanted = min(SPARES_AHEAD, more)
+            while len(self._ahead) > wanted:  # more than the jobs left could use
+                self._ahead.pop().close()
+            while len(self._ahead) < wanted:
                 self._ahead.append(isolate.Spare())
             on_event = self._warming_ahead(on_event)
         else:
             self.close()
         job = on_device(job, self.device)
-        result = execute(job, folders, on_event, spare, self._before_timing)
+        try:
+            result = execute(job, folders, on_event, spare, self._before_timing)
+        finally:
+            for waiting in self._ahead:
+                waiting.resume()
         return dataclasses.replace(result, machine=where)
 
     def _warming_ahead(self, on_event: OnEvent) -> OnEvent:
@@ -107,11 +115,15 @@ class LocalSlot:
         return seen
 
     def _before_timing(self) -> None:
-        """The current job is about to time: no spare starts warming from now on, and the
-        one warming now is waited for (a spare not yet imported warms in its own job)."""
+        """The current job is about to time: no spare starts warming from now on, the one
+        warming now is waited for (a spare not yet imported warms in its own job), and those
+        still importing are paused until the job ends, so that the host is as quiet during a
+        timing as it was when spares started one at a time and were waited for."""
         self._timing = True
         if self._ahead:
             self._ahead[0].wait_warm(WARM_S)
+        for waiting in self._ahead:
+            waiting.pause()
 
     def close(self) -> None:
         while self._ahead:

@@ -242,9 +242,9 @@ class RaySlot:
         self.device: str = self.machine.device or "cpu"
         self.name = f"ray {self.machine.host} {ray_gpu or self.device}"
 
-    def run(self, job: Job, folders: list[Path], on_event: OnEvent, more: bool = True) -> Judged:
-        """Judge `job` on this judge's actor; `more`: whether another job may follow (the
-        actor's slot then starts a spare worker)."""
+    def run(self, job: Job, folders: list[Path], on_event: OnEvent, more: int = 1) -> Judged:
+        """Judge `job` on this judge's actor; `more`: how many jobs may follow (the actor's
+        slot starts spare workers for them, harness.run.pool.LocalSlot.run)."""
         ray = self.pool.ray
         packed = self.pool.shipped.pop(shipped_key(job), None)
         call = self.actor.run.remote(*absolute(job, folders), [packed], more)
@@ -278,7 +278,7 @@ class Judge:
         gpus = ray.get_runtime_context().get_accelerator_ids().get("GPU") or []
         return self.slot.machine(), f"gpu {gpus[0]}" if gpus else None
 
-    def run(self, job: Job, folders: list[Path], packed: list[Any], more: bool = True) -> Judged:
+    def run(self, job: Job, folders: list[Path], packed: list[Any], more: int = 1) -> Judged:
         """Judge `job` on this actor's device, first unpacking the build shipped with it
         (`packed`: [ObjectRef of build_remotely's second value, or None]) where missing here."""
         import ray

@@ -51,7 +51,7 @@ class Slot(Protocol):
         job: Job,
         folders: list[Path],
         on_event: OnEvent,
-        more: bool = True,
+        more: int = 1,
     ) -> Judged: ...
 
 
@@ -291,7 +291,7 @@ class Scheduler:
             if self.session.settings.timing.compile:
                 compiled = self._baselines(unit, problem, slot)
             on_event = self.report.judging(unit, slot.name)
-            more = self.handed < len(self.units)  # a unit no slot has taken yet
+            more = len(self.units) - self.handed  # units no slot has taken yet
             judged = slot.run(unit.job, unit.folders, self._watching(on_event), more)
             result = harness_checked(judged, unit.job)
             result = _with_builds(result, unit.built)
