@@ -140,7 +140,7 @@ elif [ "$part" = scaling ] || [ "$part" = resume ]; then
   [ -f "$suite/expected.json" ] || $python scripts/make_suite.py "$suite" --count "${COUNT:-100}" \
     --sizes level1 --seed 2 >/dev/null
   if [ "$part" = scaling ]; then
-    label=gpus-${GPUS//,/-} && more=()
+    label=gpus-${GPUS:?scaling needs GPUS=0 or GPUS=all} && label=${label//,/-} && more=()
   else
     label=killed && more=(--kill-after "${KILL_AFTER:-40}") && GPUS=all
   fi

@@ -207,24 +207,26 @@ def sweep_summary(records: list[RunRecord], run_id: str, seconds: float) -> str:
 
 def phase_medians(records: list[RunRecord]) -> str:
     """Each phase's median seconds per solution over the `records` that reached it."""
-    phases: dict[str, list[float]] = {}
-    for record in records:
-        for name, seconds in (record.phase_s or {}).items():
-            phases.setdefault(name, []).append(seconds)
+    phases = _spent([record.phase_s for record in records])
     return ", ".join(
         f"{name} {statistics.median(spent):.2f} s ({len(spent)})" for name, spent in phases.items()
     )
 
 
+def _spent(seconds: list[dict[str, float] | None]) -> dict[str, list[float]]:
+    """The seconds of each phase (or part) over many records' `phase_s` (or `parts_s`)."""
+    by_name: dict[str, list[float]] = {}
+    for spent in seconds:
+        for name, taken in (spent or {}).items():
+            by_name.setdefault(name, []).append(taken)
+    return by_name
+
+
 def time_split(records: list[RunRecord]) -> str:
     """Where the workers' seconds went over `records`: each phase (isolate), then each part of
     the check and time phases (harness.parts), largest first, and what no part covers."""
-    phases: dict[str, float] = {}
-    parts: dict[str, float] = {}
-    for record in records:
-        for totals, spent in ((phases, record.phase_s), (parts, record.parts_s)):
-            for name, seconds in (spent or {}).items():
-                totals[name] = totals.get(name, 0.0) + seconds
+    phases = {n: sum(s) for n, s in _spent([record.phase_s for record in records]).items()}
+    parts = {n: sum(s) for n, s in _spent([record.parts_s for record in records]).items()}
     if not phases:
         return ""
     text = ", ".join(f"{name} {s:.1f} s" for name, s in phases.items())
