@@ -8,9 +8,10 @@
 #   GIT_COMMIT=<sha> bash scripts/gpu_session.sh checks    every GPU test (scripts/gpu_tests.sh)
 #   GIT_COMMIT=<sha> bash scripts/gpu_session.sh sanitize  memcheck on the fast kernels' cases
 #   bash scripts/gpu_session.sh throughput   issue 24's figures (docs/scale.md): a level-1-sized
-#                     suite of COUNT problems (default 60) built alone (builds per hour), then
+#                     suite of COUNT problems (default 40) built alone (builds per hour), then
 #                     swept on those builds (cached); a second suite (seed 1, COLD problems,
-#                     default 40) swept cold; multilabel_margin with 14 CUDA solutions, cold
+#                     default 30) swept cold
+#   bash scripts/gpu_session.sh multilabel-14   multilabel_margin with 14 CUDA solutions, cold
 # On a machine with two GPUs (issue 27, docs/scale.md), a call each:
 #   GPUS=0 bash scripts/gpu_session.sh scaling     the level-1-sized suite (COUNT, default 100,
 #   GPUS=all bash scripts/gpu_session.sh scaling   seed 2) swept cold on GPU 0, then on both
@@ -115,14 +116,15 @@ elif [ "$part" = throughput ]; then
   # Builds alone first (so that their rate is the host's), then the judging on cached builds,
   # then a sweep with its builds in it; the sweeps' summaries give the per-solution medians.
   warm=$state/l1-warm cold=$state/l1-cold
-  $python scripts/make_suite.py "$warm" --count "${COUNT:-60}" --sizes level1 >/dev/null
-  $python scripts/make_suite.py "$cold" --count "${COLD:-40}" --sizes level1 --seed 1 >/dev/null
+  $python scripts/make_suite.py "$warm" --count "${COUNT:-40}" --sizes level1 >/dev/null
+  $python scripts/make_suite.py "$cold" --count "${COLD:-30}" --sizes level1 --seed 1 >/dev/null
   step l1-builds 200 $python run.py --problems "$warm/problems" --solutions "$warm/solutions" \
     --build-dir "$warm/builds" --build-only --build-jobs "$(nproc)"
-  step l1-cached 150 $python scripts/load_test.py "$warm" --label cached \
+  step l1-cached 170 $python scripts/load_test.py "$warm" --label cached \
     --json "$out/l1-cached.json" -- --budget-ms 500
-  step l1-cold 200 $python scripts/load_test.py "$cold" --label cold \
+  step l1-cold $((budget - SECONDS)) $python scripts/load_test.py "$cold" --label cold \
     --json "$out/l1-cold.json" -- --budget-ms 500 --build-jobs "$(nproc)"
+elif [ "$part" = multilabel-14 ]; then
   copies=$state/multilabel && mkdir -p "$copies" && cp solutions/multilabel_margin/*.py "$copies/"
   for n in 1 2 3 4 5 6 7 8 9 10; do  # 10 more CUDA solutions: the shipped ones, built apart
     base=$(ls solutions/multilabel_margin/*_cuda.py | sed -n "$(((n - 1) % 4 + 1))p")
@@ -163,5 +165,10 @@ else  # sanitize
 fi
 
 echo "after $part: $(gpu_state)" | tee -a "$out/machine.txt"
-tar czf "$out/results.tar.gz" -C "$state" .
+# The device tool returns at most 8 files from $OUT: builds stay behind, and when the step
+# outputs are many they travel in one archive beside the summary.
+tar czf "$out/results.tar.gz" --exclude='*builds*' --exclude='*.so' -C "$state" .
 [ -d logs ] && tar czf "$out/logs.tar.gz" logs
+if [ "$(ls "$out" | wc -l)" -gt 8 ]; then
+  (cd "$out" && tar czf outputs.tar.gz --remove-files $(ls | grep -vE '^(summary.txt|results.tar.gz|logs.tar.gz)$'))
+fi

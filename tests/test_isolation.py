@@ -174,13 +174,8 @@ class FakeSpare:
         self.told.append(f"warm {device}")
         self.warming = True
 
-    def wait_warm(self, limit_s: float) -> None:
-        if self.warming:
-            self.told.append("waited")
-            self.warming, self.warmed = False, True
-
     def pause(self) -> None:
-        if not self.imported:
+        if self.warming or not self.imported:
             self.told.append("pause")
 
     def resume(self) -> None:
@@ -191,11 +186,10 @@ class FakeSpare:
         self.closed = True
 
 
-def test_a_slots_timing_never_waits_for_a_spare_still_importing(monkeypatch) -> None:
-    """Spares start ahead of their jobs (pool.SPARES_AHEAD); only the next job's spare warms
-    up, only once imported and only before the current job times; the timing waits for a
-    warm-up under way, not for imports, and those still importing are paused until the job
-    ends; the last job closes the spares left."""
+def test_a_slots_timing_never_waits_for_a_spare(monkeypatch) -> None:
+    """Spares start ahead of their jobs (pool.SPARES_AHEAD); each warms up once imported, only
+    before the current job times; the timing waits for none of them: those still importing or
+    warming are paused until the job ends; the last job closes the spares left."""
 
     FakeSpare.made = []
     monkeypatch.setattr(pool.isolate, "Spare", FakeSpare)
@@ -221,12 +215,14 @@ def test_a_slots_timing_never_waits_for_a_spare_still_importing(monkeypatch) -> 
     assert len(FakeSpare.made) == pool.SPARES_AHEAD
     # none warmed or waited for; all paused through the timing (made[0] imported only after)
     assert all(spare.told == ["pause", "resume"] for spare in FakeSpare.made)
-    FakeSpare.made[1].imported = True
+    FakeSpare.made[1].imported = FakeSpare.made[2].imported = True
+    FakeSpare.made[2].warmed = True  # warmed already: neither told to warm again nor paused
     script[:] = ["event", "time", "tick"]
     slot.run(job, [], lambda event: None, more=9)  # takes made[0]; made[1] is next, imported
-    assert FakeSpare.made[1].told == ["pause", "resume", "warm cuda:0", "waited"]
+    assert FakeSpare.made[1].told == ["pause", "resume", "warm cuda:0", "pause", "resume"]
+    assert FakeSpare.made[2].told == ["pause", "resume"]  # the first job's pause only
     assert len(FakeSpare.made) == pool.SPARES_AHEAD + 1
-    assert FakeSpare.made[-1].told == ["pause", "resume"]
+    assert FakeSpare.made[-1].told == ["pause", "resume"]  # started now, not imported
     slot.run(job, [], lambda event: None, more=1)  # one job to follow: one spare kept
     assert len(FakeSpare.made) == pool.SPARES_AHEAD + 1 and len(slot._ahead) == 1
     assert FakeSpare.made[-1].closed  # the spare no job would use

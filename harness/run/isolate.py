@@ -68,12 +68,19 @@ class Spare:
     def usable(self) -> bool:
         return self.process.is_alive()
 
+    def _read(self) -> None:
+        """Take in what it said so far (Imported, Warmed); never waits."""
+        with contextlib.suppress(EOFError, OSError):
+            while self.usable() and self.receiver.poll(0):
+                message = self.receiver.recv()
+                if isinstance(message, Imported):
+                    self.imported = True
+                elif isinstance(message, Warmed):
+                    self.warming, self.warmed = False, True
+
     def ready(self) -> bool:
         """Whether its imports are done (it said Imported); never waits."""
-        if not self.imported and self.usable():
-            with contextlib.suppress(EOFError, OSError):
-                if self.receiver.poll(0):
-                    self.imported = isinstance(self.receiver.recv(), Imported)
+        self._read()
         return self.imported
 
     def warm(self, device: str) -> None:
@@ -81,21 +88,12 @@ class Spare:
         self.jobs.send(Warm(device))
         self.warming = True
 
-    def wait_warm(self, limit_s: float) -> None:
-        """Wait until it is warm; one dead, or not warm within `limit_s`, is killed, and the
-        next job gets a fresh worker."""
-        if not self.warming or not self.usable():
-            return
-        if self.receiver.poll(limit_s):
-            with contextlib.suppress(EOFError, OSError):
-                self.receiver.recv()  # its Warmed: it was told to warm once Imported
-                self.warming, self.warmed = False, True
-                return
-        self.close()
-
     def pause(self) -> None:
-        """Stop it while it is still importing (SIGSTOP): a timing runs on this host."""
-        if not self.paused and self.usable() and not self.ready():
+        """Stop it (SIGSTOP) while it imports or warms up: a timing runs on this host. Stopped
+        between two system calls, it holds nothing the timed process needs; a warm-up resumes
+        where it stopped, and one not done when its job comes is finished before the job."""
+        self._read()
+        if not self.paused and self.usable() and (self.warming or not self.imported):
             os.kill(self.process.pid, signal.SIGSTOP)
             self.paused = True
 

@@ -27,10 +27,10 @@ from harness.run import isolate, machine, plants
 from harness.settings import REPO
 
 COMPILES_PER_BUILD = "2"  # MAX_JOBS: the compile steps one build runs at once (ninja -j)
-WARM_S = 60.0  # how long a job's timing waits for the next job's spare to warm up
-# Spare workers a GPU slot keeps started ahead of its jobs: a spare's imports took longer than
-# a job's check and timing on the H200, whose timing then waited for them (harness.measure.spare);
-# they import while no timing runs (paused during one), so more than one is under way at once
+# Spare workers a GPU slot keeps started ahead of its jobs: a spare's imports and warm-up
+# (harness.measure.spare: 3-5 s on the H200) take longer than a job's check and timing; they go
+# on only while no timing runs (paused during one), several at once, so each has the windows of
+# the jobs before its own
 SPARES_AHEAD = 3
 
 
@@ -103,25 +103,23 @@ class LocalSlot:
         return dataclasses.replace(result, machine=where)
 
     def _warming_ahead(self, on_event: OnEvent) -> OnEvent:
-        """`on_event`, which has the next job's spare warm up on the device once its imports
-        are done, if this job is not timing yet (each event, a Tick at least every POLL_S)."""
+        """`on_event`, which has the spares warm up on the device once their imports are done,
+        while this job is not timing yet (each event, a Tick at least every POLL_S)."""
 
         def seen(event: Event) -> None:
-            head = self._ahead[0] if self._ahead else None
-            if head and not (self._timing or head.warming or head.warmed) and head.ready():
-                head.warm(self.device)
+            if not self._timing:
+                for spare in self._ahead:
+                    if not (spare.warming or spare.warmed) and spare.ready():
+                        spare.warm(self.device)
             on_event(event)
 
         return seen
 
     def _before_timing(self) -> None:
-        """The current job is about to time: no spare starts warming from now on, the one
-        warming now is waited for (a spare not yet imported warms in its own job), and those
-        still importing are paused until the job ends, so that the host is as quiet during a
-        timing as it was when spares started one at a time and were waited for."""
+        """The current job is about to time: the spares still importing or warming up are
+        paused until the job ends (none is waited for), so that the host and the device are as
+        quiet during a timing as with no spares at all."""
         self._timing = True
-        if self._ahead:
-            self._ahead[0].wait_warm(WARM_S)
         for waiting in self._ahead:
             waiting.pause()
 
