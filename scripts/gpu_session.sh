@@ -12,6 +12,8 @@
 #                     swept on those builds (cached); a second suite (seed 1, COLD problems,
 #                     default 30) swept cold
 #   bash scripts/gpu_session.sh multilabel-14   multilabel_margin with 14 CUDA solutions, cold
+#   bash scripts/gpu_session.sh rows-alone   after throughput: ROWS (6) of its cached sweep's
+#                     solutions each run alone, and --compare against the sweep's rows
 # On a machine with two GPUs (issue 27, docs/scale.md), a call each:
 #   GPUS=0 bash scripts/gpu_session.sh scaling     the level-1-sized suite (COUNT, default 100,
 #   GPUS=all bash scripts/gpu_session.sh scaling   seed 2) swept cold on GPU 0, then on both
@@ -124,6 +126,16 @@ elif [ "$part" = throughput ]; then
     --json "$out/l1-cached.json" -- --budget-ms 500
   step l1-cold $((budget - SECONDS)) $python scripts/load_test.py "$cold" --label cold \
     --json "$out/l1-cold.json" -- --budget-ms 500 --build-jobs "$(nproc)"
+elif [ "$part" = rows-alone ]; then
+  # After throughput: ROWS (default 6) of the cached sweep's CUDA solutions, each run alone
+  # (a run.py of its own, nothing else on the host), then --compare against the sweep's rows.
+  warm=$state/l1-warm && solo=$state/l1-alone
+  for file in $(ls "$warm"/solutions/*/cuda_ok.py | head -n "${ROWS:-6}"); do
+    name=$(basename "$(dirname "$file")")
+    step "alone-$name" 60 $python run.py --problem "$warm/problems/$name.py" --solution "$file" \
+      --build-dir "$warm/builds" --results-dir "$solo" --budget-ms 500 >/dev/null
+  done
+  step rows-compare 30 $python run.py --compare "$warm/results-cached/$gpu" "$solo/$gpu"
 elif [ "$part" = multilabel-14 ]; then
   copies=$state/multilabel && mkdir -p "$copies" && cp solutions/multilabel_margin/*.py "$copies/"
   for n in 1 2 3 4 5 6 7 8 9 10; do  # 10 more CUDA solutions: the shipped ones, built apart
