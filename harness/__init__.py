@@ -13,6 +13,8 @@ run/       the parent process, one per run.py: finds the work and drives it
     session    run the solutions of a problem, each in a worker, and record each result
     auditing   the audits of a run's problems: on a GPU all in one worker, warnings and refusals
     isolate    spawn the worker with time limits and turn any failure into a status
+    sandboxing  --sandbox: each worker started through the launcher, with a scratch folder
+    staging    a sandboxed job's files: its copy of the solution and build in, its log and build out
     discovery  find problems and solutions on disk
     machine    describe the machine a run happened on, and its load as each solution starts
     progress   tell the user what a long step is doing
@@ -48,6 +50,7 @@ measure/   the worker process, one per solution: builds, checks and times it
     roofline   bytes and FLOPs a problem must move, and the GPU's copy-bandwidth ceiling
     gpustate   SM clock, temperature, throttling, other processes through NVML (read only)
     witness    the one call that ncu counts, in a process of its own (run.py --ncu)
+    sandboxed  in the sandbox, name the rule each attempt of a solution meets (an audit hook)
 results/   reads recorded files only (no GPU, no worker): what people read
     rendering  re-render a results folder (tables, charts, summary), reading its log once
     report     a problem's tables (markdown and CSV)
@@ -78,4 +81,6 @@ Shared by all three, importing no wing:
     rules      every rejection rule and row flag, declared once (the docs' tables come from it)
     errors     the one-line errors that reach the user, and the worker's verdicts
     parts      where a worker's seconds go: named parts of judging, each second counted once
+    sandbox    the sandbox's policy, and the launcher that closes the doors before a worker starts
+    landlock   Landlock's three system calls, for a process to restrict itself
 """

@@ -70,6 +70,27 @@ REJECTIONS = {
     "planted_module": Rule(
         "the solution left a module where later processes import from", "run/plants.py"
     ),
+    "sandbox_network": Rule(
+        "in the sandbox, the solution tried to connect, bind or send on an internet socket",
+        "measure/sandboxed.py",
+    ),
+    "sandbox_filesystem": Rule(
+        "in the sandbox, the solution opened or changed a path it may not reach (results, "
+        "logs, builds, other solutions; for writing, anything outside its scratch folder)",
+        "measure/sandboxed.py",
+    ),
+    "sandbox_ptrace": Rule(
+        "in the sandbox, the solution tried to trace or read another process",
+        "measure/sandboxed.py",
+    ),
+    "sandbox_processes": Rule(
+        "in the sandbox, the solution started half its process limit (--max-processes)",
+        "measure/sandboxed.py",
+    ),
+    "sandbox_memory": Rule(
+        "in the sandbox, the solution ran out of its heap limit (--memory-gb)",
+        "run/staging.py",
+    ),
 }
 
 FLAGS = {

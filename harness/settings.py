@@ -175,7 +175,8 @@ class Timing:
 
 @dataclass(frozen=True)
 class Limits:
-    """How long each step of a solution may take before its worker is killed."""
+    """How long each step of a solution may take before its worker is killed, and what else
+    it may take (harness/sandbox.py)."""
 
     build_s: float = option(
         1800.0,
@@ -188,6 +189,21 @@ class Limits:
         "limit for each of the check and time steps of a solution, in seconds",
         flag="--timeout",
         metavar="SECONDS",
+    )
+    sandbox: str = option(
+        "auto",
+        "run each solution's workers in a sandbox (no network, no reach into results, logs, "
+        "builds or other solutions; limits on memory and processes): 'auto' where this machine "
+        "allows it, 'required' refuses to run without it, 'off'",
+        choices=("auto", "required", "off"),
+    )
+    memory_gb: float = option(
+        16.0, "in the sandbox, the heap memory a solution's worker may take, in GiB"
+    )
+    max_processes: int = option(
+        max(1024, 64 * (os.cpu_count() or 1)),
+        "in the sandbox, the processes and threads a solution's worker may add to those its "
+        "user has (default: 64 per core, at least 1024)",
     )
 
 

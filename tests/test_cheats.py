@@ -17,6 +17,7 @@ from harness import status
 from harness.errors import Verdict
 from harness.loading import import_file, load_problem
 from harness.measure.checking import check_cases
+from harness.run import sandboxing
 from harness.settings import Checking
 from tests.conftest import BUILDS, FIXTURES, REPO, TOY, CliRun
 
@@ -104,6 +105,7 @@ def assert_verdict(record: dict, wanted: tuple[str, str | None, str]) -> None:
 # its working folder, so that no run beside it (pytest-xdist, scripts/gpu_tests.sh) imports its
 # modules or sees them appear; the run must reject it and remove both.
 PLANTING = ("rejected", "planted_module", "torch.py")
+PLANTING_SANDBOXED = ("rejected", "sandbox_filesystem", "torch.py")
 
 
 def run_planting_cheat(root: Path, monkeypatch: pytest.MonkeyPatch, *flags: str) -> dict:
@@ -184,10 +186,18 @@ def test_the_shipped_solutions_raise_no_source_warnings() -> None:
         assert scan(path) == [], path
 
 
+@pytest.mark.parametrize(
+    ("sandbox", "verdict"), [("off", PLANTING), ("auto", PLANTING_SANDBOXED)], ids=["off", "auto"]
+)
 def test_modules_a_solution_plants_are_rejected_and_removed(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, sandbox: str, verdict: tuple
 ) -> None:
-    assert_verdict(run_planting_cheat(tmp_path, monkeypatch, "--device", "cpu"), PLANTING)
+    # In the sandbox the planting fails (its folder is not writable) and is named; without
+    # one, the modules are planted, then found and removed.
+    if sandbox == "auto" and sandboxing.missing():
+        verdict = PLANTING
+    flags = ("--device", "cpu", "--sandbox", sandbox)
+    assert_verdict(run_planting_cheat(tmp_path, monkeypatch, *flags), verdict)
 
 
 MEAN = FIXTURES / "toy_mean"

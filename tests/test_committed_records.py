@@ -10,7 +10,7 @@ import pytest
 from harness import codec, files, record, status
 from harness.record import RunRecord
 from harness.results import baselines, comparison, report, summary
-from harness.settings import StopRule
+from harness.settings import Limits, StopRule
 from tests.conftest import REPO
 
 H200 = REPO / "results" / "nvidia-h200"
@@ -94,6 +94,13 @@ CHECKING_ADDED = {  # issues 15 and 21
 }
 
 
+LIMITS_ADDED = {  # issue 26
+    "sandbox": Limits().sandbox,
+    "memory_gb": Limits().memory_gb,
+    "max_processes": Limits().max_processes,
+}
+
+
 def test_records_with_whole_settings_write_back_exactly(
     records: list[RunRecord], lines: list
 ) -> None:
@@ -103,6 +110,7 @@ def test_records_with_whole_settings_write_back_exactly(
         (line,) = [d for d in lines if (d["time"], d["solution"]) == (read.time, read.solution)]
         settings = {**line["settings"], **SETTINGS_ADDED}
         settings["checking"] = {**settings["checking"], **CHECKING_ADDED}
+        settings["limits"] = {**settings["limits"], **LIMITS_ADDED}
         assert codec.encode(read) == {**line, "settings": settings}
     fast = of_run(records, ISSUE_11_RUN, "smooth_l1", "fast_cuda")
     assert fast.machine.commit == "f8defa8" and fast.settings.timing.compile is True

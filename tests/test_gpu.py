@@ -162,7 +162,7 @@ def test_replaying_by_address_is_caught_on_the_gpu(gpu_cheats: CliRun, name: str
 def test_modules_a_solution_plants_are_rejected_and_removed_on_the_gpu(
     tmp_path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    assert_verdict(run_planting_cheat(tmp_path, monkeypatch), PLANTING)
+    assert_verdict(run_planting_cheat(tmp_path, monkeypatch, "--sandbox", "off"), PLANTING)
 
 
 def test_a_subsampled_reduction_is_caught_on_the_gpu(cli: CliRun) -> None:

@@ -10,8 +10,8 @@ import pytest
 
 from harness import rules
 from harness.errors import Verdict
-from harness.measure import anticheat
-from harness.run import plants
+from harness.measure import anticheat, sandboxed
+from harness.run import plants, staging
 from tests.conftest import REPO
 
 HARNESS = REPO / "harness"
@@ -34,6 +34,8 @@ def test_every_rule_raised_is_declared_and_raised_where_declared() -> None:
         str(path.relative_to(HARNESS)): raised_rules(path) for path in HARNESS.rglob("*.py")
     }
     by_module["run/plants.py"] = {plants.REASON}
+    by_module["measure/sandboxed.py"] = {f"sandbox_{rule}" for rule in sandboxed.RULES}
+    by_module["run/staging.py"] = {f"sandbox_{staging.MEMORY_RULE}"}
     raised = set().union(*by_module.values())
     assert raised == set(rules.REJECTIONS)
     for name, rule in rules.REJECTIONS.items():

@@ -43,7 +43,7 @@ from harness import files, status
 from harness.errors import UserError, Verdict
 from harness.inputs import Seeds
 from harness.loading import Problem, import_file, load_problem
-from harness.measure import audit, integrity, kernelbench, profiling, roofline
+from harness.measure import audit, integrity, kernelbench, profiling, roofline, sandboxed
 from harness.measure.benchmarking import time_benchmarks
 from harness.measure.builds import BuildWatcher, NoCudaToolchain
 from harness.measure.checking import check_cases, describe_error
@@ -53,7 +53,7 @@ from harness.measure.judged import Judged, failure, harness_failure
 from harness.parts import PARTS, part
 from harness.record import Build
 from harness.settings import KERNELBENCH, Settings
-from harness.toolchain import find_cuda_home, use_build_cache
+from harness.toolchain import find_cuda_home, prepare_environment, use_build_cache
 
 
 @dataclass(frozen=True)
@@ -70,6 +70,8 @@ class Job:
     # build jobs), or one of REFERENCE_TASKS
     # An "audit" job's problems, (name, reference file) each; none: the job's own problem alone
     sources: tuple[tuple[str, str], ...] = ()
+    # Where it builds, when not its folder of the build cache (the sandbox's: harness.run.staging)
+    build_folder: str = ""
 
 
 Send = Callable[[Event], None]
@@ -86,6 +88,7 @@ def entry(job: Job, conn: Any, gate: Any = None) -> None:
     if job.task == "build":  # before CUDA starts: a build job never holds a GPU
         os.environ["CUDA_VISIBLE_DEVICES"] = ""
     die_with_parent()
+    sandboxed.install()  # in the sandbox: name the rules the job's attempts meet
     main(job, conn, gate)
 
 
@@ -319,6 +322,9 @@ def setup(job: Job) -> tuple[Problem, torch.device]:
 def _use_build_cache(job: Job) -> Path:
     """Build the job's solution in its own folder of the build cache (toolchain.use_build_cache)."""
     settings = job.settings
+    if job.build_folder:
+        prepare_environment(Path(job.build_folder), settings.arch)
+        return Path(job.build_folder)
     solution, content = Path(job.solution), job.content_hash
     return use_build_cache(settings.places.build_dir, job.problem, solution, settings.arch, content)
 

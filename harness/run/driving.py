@@ -65,6 +65,7 @@ def run_all(args: argparse.Namespace, resolve: Any) -> int:
     """Run `args`' work on this host's pool or on Ray; `resolve(args, device, capability)`
     makes the settings (run.py's)."""
     from harness.run import pool as local
+    from harness.run import sandboxing
     from harness.run.session import Session
 
     work = chosen_problems(args)
@@ -79,7 +80,8 @@ def run_all(args: argparse.Namespace, resolve: Any) -> int:
     else:
         settings = resolve(args, None, None)
         pool = local.LocalPool(local.gpu_devices(args.gpus, settings.device), jobs)
-        session = Session(settings, recording=recording)
+        session = Session(settings, recording=recording)  # its folders checked first
+        sandboxing.begin(settings, work)  # ended with the pool
     if args.build_only:
         return build_work(session, work, pool)
     sweep = bool(args.problems or args.ray or len(pool.slots) > 1)

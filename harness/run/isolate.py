@@ -16,6 +16,7 @@ from __future__ import annotations
 import contextlib
 import multiprocessing
 import os
+import shutil
 import signal
 import time
 from collections.abc import Callable
@@ -41,6 +42,7 @@ from harness.measure.events import (
 )
 from harness.measure.judged import Judged, failure, harness_failure
 from harness.measure.spare import waiting
+from harness.run import sandboxing, staging
 from harness.settings import Limits
 
 POLL_S = 0.25  # how often the parent looks at the worker
@@ -57,7 +59,9 @@ class Spare:
         context = multiprocessing.get_context("spawn")
         jobs, self.jobs = context.Pipe(duplex=False)
         self.receiver, sender = context.Pipe(duplex=False)
-        self.process = _started(context.Process(target=waiting, args=(jobs, sender), daemon=True))
+        self.scratch = sandboxing.active.scratch() if sandboxing.active else None
+        process = context.Process(target=waiting, args=(jobs, sender), daemon=True)
+        self.process = _started(process, self.scratch)
         jobs.close()
         sender.close()
         self.imported = False
@@ -108,6 +112,8 @@ class Spare:
         self.process.join(JOIN_S)
         self.receiver.close()
         self.jobs.close()
+        if self.scratch is not None:  # a job's is removed as the job ends (staging.finish)
+            shutil.rmtree(self.scratch, ignore_errors=True)
 
 
 def run_isolated(
@@ -121,37 +127,56 @@ def run_isolated(
     ended: its last `phase` ("load", "check", "time") and the `case` (or benchmark) of that
     phase it had reached, or None; and the seconds spent in each phase (`phase_s`).
     `before_timing` runs when the worker is about to time, which it does once that returns."""
-    if spare is not None and spare.usable():
+    box = sandboxing.active
+    usable = spare is not None and spare.usable()
+    if spare is not None and not usable:
+        spare.close()
+    scratch = spare.scratch if spare is not None and usable else None
+    try:
+        scratch = scratch or (box.scratch() if box else None)
+        staged = staging.stage(job, scratch, box.links) if box and scratch else job
+    except OSError as err:  # the harness's folder, not the solution: no verdict on it
+        return harness_failure(f"cannot prepare the worker's scratch folder: {err}")
+    if spare is not None and usable:
         process, receiver, gate = spare.process, spare.receiver, spare.jobs
-        gate.send(job)
+        gate.send(staged)
     else:
         context = multiprocessing.get_context("spawn")
         receiver, sender = context.Pipe(duplex=False)
         opening, gate = context.Pipe(duplex=False)
-        args = (job, sender, opening)
-        process = _started(context.Process(target=worker.entry, args=args, daemon=True))
+        args = (staged, sender, opening)
+        process = _started(context.Process(target=worker.entry, args=args, daemon=True), scratch)
         sender.close()  # the parent keeps only the reading end, so EOF means the worker is gone
         opening.close()
-    log = Path(job.log_path)
+    log = Path(job.log_path) if scratch is None else scratch / "worker.log"
 
     def opened(event: Event) -> None:
+        if scratch is not None:
+            with contextlib.suppress(OSError):  # its end says why, where it cannot be written
+                staging.follow(scratch, job)
         if isinstance(event, ReadyToTime):
             if before_timing is not None:
                 before_timing()
             gate.send("go")
         on_event(event)
 
+    judged = harness_failure("the run stopped while its worker ran")
     try:
-        return _watch(process, receiver, job.settings.limits, opened, log)
+        judged = _watch(process, receiver, job.settings.limits, opened, log)
     finally:
         if process.is_alive():
             process.kill()
         process.join(JOIN_S)
         receiver.close()
         gate.close()
+        if scratch is not None:  # what it started killed; its log and build taken out
+            with contextlib.suppress(OSError):
+                os.killpg(process.pid, signal.SIGKILL)  # the launcher's setsid: its group
+            judged = staging.finish(job, scratch, judged)
+    return judged
 
 
-def _started(process: Any) -> Any:
+def _started(process: Any, scratch: Path | None = None) -> Any:
     """`process`, started with SIGINT blocked.
 
     Ctrl-C goes to the whole process group. A worker still importing torch (seconds) would die
@@ -162,7 +187,10 @@ def _started(process: Any) -> Any:
     resource_tracker.ensure_running()
     mask = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
     try:
-        process.start()
+        if scratch is not None and sandboxing.active:  # through the sandbox's launcher
+            sandboxing.active.start(process, scratch)
+        else:
+            process.start()
     finally:
         signal.pthread_sigmask(signal.SIG_SETMASK, mask)
     return process

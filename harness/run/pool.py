@@ -23,7 +23,7 @@ from harness.measure.events import Event, OnEvent
 from harness.measure.judged import Judged
 from harness.measure.worker import Job
 from harness.record import Machine
-from harness.run import isolate, machine, plants
+from harness.run import isolate, machine, plants, sandboxing
 from harness.settings import REPO
 
 COMPILES_PER_BUILD = "2"  # MAX_JOBS: the compile steps one build runs at once (ninja -j)
@@ -147,6 +147,7 @@ class LocalPool:
         self._builder.shutdown(wait=False, cancel_futures=True)
         for slot in self.slots:
             slot.close()
+        sandboxing.end()  # the run's, where it had one
 
 
 def build_jobs(requested: int | None) -> int:

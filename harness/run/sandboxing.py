@@ -1,0 +1,127 @@
+"""A sandbox for the workers that build and judge solutions (`--sandbox auto|required|off`).
+
+Each worker is started through harness/sandbox.py (the launcher), which gives it a network namespace
+of its own, Landlock rules (the run's results, logs, build cache and the other solutions
+unreadable; only its scratch folder and the device nodes writable; no ptrace or signal out of
+it) and limits on memory, processes and open files, then execs the interpreter. The harness
+copies into the scratch folder what the job may see and takes out what it made
+(harness.run.staging); an audit hook in the worker names the rule an attempt met
+(harness.measure.sandboxed). `missing` says what this machine lacks.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import threading
+from multiprocessing import spawn
+from pathlib import Path
+from typing import Any
+
+from harness import landlock
+from harness.sandbox import POLICY_VARIABLE, SCRATCH_VARIABLE, Policy, hidden_paths
+
+LAUNCH = Path(__file__).resolve().parent.parent / "sandbox.py"
+MODES = ("auto", "required", "off")
+_STARTING = threading.Lock()  # the interpreter and the environment a start takes are global
+
+
+def missing() -> list[str]:
+    """What this machine lacks for the sandbox, a phrase each; empty when it has it all."""
+    lacks = []
+    if not sys.platform.startswith("linux"):
+        return [f"Linux's namespaces and Landlock ({sys.platform} has neither)"]
+    version = landlock.abi()
+    if version < 4:
+        lacks.append(f"Landlock ABI 4 or later (this kernel has {version or 'none'})")
+    for command in (["unshare", "-n", "true"], ["unshare", "-rn", "true"]):
+        try:
+            if subprocess.run(command, capture_output=True, timeout=10).returncode == 0:
+                break
+        except (OSError, subprocess.TimeoutExpired):
+            continue
+    else:
+        lacks.append("a network namespace (unshare -n, or -rn as this user, failed)")
+    return lacks
+
+
+class Sandbox:
+    """The run's sandbox: its policy, and a root folder for the workers' scratch folders."""
+
+    def __init__(self, policy: Policy, root: Path) -> None:
+        self.policy = policy
+        self.root = root
+        self.links = root / "b"  # harness.run.staging's stable build names
+        self.workers = root / "w" / str(os.getpid())  # this run's scratch folders
+        self.launcher = root / "python"
+
+    def scratch(self) -> Path:
+        """A new scratch folder for a worker (made with the launcher where missing)."""
+        self.workers.mkdir(parents=True, exist_ok=True)
+        text = f"#!/bin/sh\nexec '{sys.executable}' '{LAUNCH}' \"$@\"\n"
+        if not self.launcher.exists() or self.launcher.read_text() != text:
+            fresh = self.root / f".python.{os.getpid()}"
+            fresh.write_text(text)
+            fresh.chmod(0o755)
+            os.replace(fresh, self.launcher)
+        return Path(tempfile.mkdtemp(dir=self.workers))
+
+    def start(self, process: Any, scratch: Path) -> None:
+        """Start `process` (a multiprocessing spawn) inside the sandbox, in `scratch`."""
+        with _STARTING:
+            before = spawn.get_executable()
+            os.environ[POLICY_VARIABLE] = self.policy.to_env()
+            os.environ[SCRATCH_VARIABLE] = str(scratch)
+            spawn.set_executable(str(self.launcher))
+            try:
+                process.start()
+            finally:
+                spawn.set_executable(before)
+                del os.environ[POLICY_VARIABLE], os.environ[SCRATCH_VARIABLE]
+
+    def close(self) -> None:
+        shutil.rmtree(self.workers, ignore_errors=True)
+
+
+active: Sandbox | None = None  # the run's, set by harness.run.pool while its slots run
+
+
+def begin(settings: Any, work: list[tuple[Any, list[Path]]]) -> Sandbox | None:
+    """The run's sandbox, as `settings.limits.sandbox` asks and this machine allows (made the
+    active one); None when off. Raises UserError when 'required' and something is missing."""
+    global active
+    from harness.errors import UserError
+
+    mode = settings.limits.sandbox
+    if mode == "off":
+        return None
+    lacks = missing()
+    if lacks and mode == "required":
+        raise UserError(
+            f"--sandbox required: this machine lacks {'; '.join(lacks)}; run with "
+            "--sandbox auto (or off) to run without it"
+        )
+    if lacks:
+        print(f"sandbox: off, this machine lacks {'; '.join(lacks)} (--sandbox off hides this)")
+        return None
+    places = settings.places
+    root = places.build_dir / ".sandbox"
+    solutions = [path for _, paths in work for path in paths]
+    problems = [source.reference for source, _ in work]
+    hidden = hidden_paths(places.results_dir, places.log_dir, places.build_dir, solutions, problems)
+    shared = (str((places.build_dir / ".pch").resolve()),)
+    limits = settings.limits
+    memory = int(limits.memory_gb * (1 << 30))
+    policy = Policy(hidden, shared, memory, max(limits.max_processes, 1))
+    active = Sandbox(policy, root)
+    return active
+
+
+def end() -> None:
+    global active
+    if active is not None:
+        active.close()
+        active = None

@@ -1,0 +1,219 @@
+"""The sandbox of the workers that build and judge solutions (`--sandbox`): what a worker may
+reach (the run's `Policy`, the same for every worker, and the worker's own scratch folder: its
+build, its copy of the solution, its log, its TMPDIR), and the launcher that closes the doors.
+
+A sandboxed worker's interpreter is started through this file, run as a script:
+
+    python harness/sandbox.py <the interpreter's own arguments>
+
+which closes each door and then becomes that interpreter (exec), before any thread or any of
+the worker's code exists:
+
+1. a network namespace of its own, with nothing in it but a loopback that is down;
+2. Landlock (harness/landlock.py): everything readable except the policy's hidden paths;
+   writable only the worker's scratch folder and /dev's nodes (the GPU's, /dev/null, /dev/shm);
+   no TCP; no signal or ptrace to a process outside the sandbox;
+3. limits: heap memory (RLIMIT_DATA), open files, and processes (RLIMIT_NPROC: the user's
+   tasks now plus the policy's `processes`; for root, which the limit does not bind, every
+   capability is dropped first, the bounding set too, so it binds and no exec brings them back);
+   a process group of its own, which the harness kills whole when the job ends.
+
+The policy and the scratch folder travel in the environment. Landlock only allows, so
+"everything but these paths" is spelled as rules for each sibling on the way down to them
+(`readable_roots`). As a script this imports nothing but the standard library and
+harness/landlock.py. harness.run.sandboxing starts workers this way and stages their jobs;
+harness.measure.sandboxed names the rule an attempt met.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import json
+import os
+import resource
+import sys
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+if __name__ == "__main__":  # the launcher: the repository on the path, not harness/
+    sys.path[0] = str(Path(__file__).resolve().parent.parent)
+
+from harness import landlock
+
+POLICY_VARIABLE = "HARNESS_SANDBOX_POLICY"  # the run's policy, JSON, for the launcher
+SCRATCH_VARIABLE = "HARNESS_SANDBOX_SCRATCH"  # the worker's own folder, set per worker
+OPEN_FILES = 8192
+
+
+@dataclass(frozen=True)
+class Policy:
+    hidden: tuple[str, ...]  # nothing inside may be read or written (results, logs, builds...)
+    shared: tuple[str, ...] = ()  # read-only, though inside a hidden folder (the shared headers)
+    memory_bytes: int = 16 << 30  # RLIMIT_DATA: a worker's heap and anonymous memory
+    processes: int = 1024  # tasks (processes, threads) a worker's user may add to its own
+    net: bool = True  # a network namespace of its own (nothing to connect to)
+
+    def to_env(self) -> str:
+        return json.dumps(asdict(self))
+
+    @classmethod
+    def from_env(cls, text: str) -> Policy:
+        data = json.loads(text)
+        return cls(**{**data, "hidden": tuple(data["hidden"]), "shared": tuple(data["shared"])})
+
+    def is_hidden(self, path: str) -> bool:
+        """Whether `path` (resolved) lies in a hidden folder and not in a shared one."""
+        real = os.path.realpath(path)
+        inside = any(real == h or real.startswith(h.rstrip("/") + "/") for h in self.hidden)
+        shared = any(real == s or real.startswith(s.rstrip("/") + "/") for s in self.shared)
+        return inside and not shared
+
+
+def listable_folders(hidden: tuple[str, ...]) -> list[Path]:
+    """The folders above hidden paths: Python lists a folder to import from it, so these are
+    listed (Landlock's READ_DIR holds beneath them too: the names in a hidden folder can be
+    listed, never read)."""
+    return sorted({parent for h in hidden for parent in Path(os.path.realpath(h)).parents})
+
+
+def readable_roots(hidden: tuple[str, ...]) -> list[Path]:
+    """Folders and files whose whole trees may be read: everything on the filesystem except
+    `hidden` paths, as the fewest roots (the siblings of each folder on the way down to one)."""
+    hide = {os.path.realpath(h) for h in hidden}
+    above = {str(parent) for parent in listable_folders(hidden)}
+    roots: list[Path] = []
+    stack = ["/"]
+    while stack:
+        folder = stack.pop()
+        try:
+            names = os.listdir(folder)
+        except OSError:
+            continue
+        for name in names:
+            child = os.path.join(folder, name)
+            real = os.path.realpath(child)
+            if child in hide or real in hide or any(real.startswith(h + "/") for h in hide):
+                continue  # hidden, or a link into a hidden folder
+            if child in above and not os.path.islink(child):
+                stack.append(child)
+            elif real not in above:  # a link to a folder above a hidden one: walked as itself
+                roots.append(Path(child))
+    return roots
+
+
+def hidden_paths(
+    results: Path, logs: Path, builds: Path, solutions: list[Path], problems: list[Path]
+) -> tuple[str, ...]:
+    """What no worker may read: the run's results, logs and build cache (the workers' scratch
+    folders are inside it), and the solutions (each worker gets a copy of its own). A
+    solution's folder is hidden whole unless it holds what a worker needs (the repository,
+    Python, a problem); then only its solution files are."""
+    needed = [Path(__file__).resolve().parents[1], Path(sys.prefix).resolve()]
+    needed += [problem.resolve() for problem in problems]
+    hidden = {str(p.resolve()) for p in (results, logs, builds)}
+    shipped = needed[0] / "solutions"
+    if shipped.is_dir():
+        hidden.add(str(shipped))
+    for solution in solutions:
+        folder = solution.resolve().parent
+        if any(n == folder or n.is_relative_to(folder) for n in needed):
+            hidden.add(str(solution.resolve()))
+        else:
+            hidden.add(str(folder))
+    return tuple(sorted(hidden))
+
+
+CLONE_NEWNET, CLONE_NEWUSER = 0x40000000, 0x10000000
+PR_CAPBSET_DROP, CAP_LAST = 24, 63
+CAP_VERSION_3 = 0x20080522
+
+
+def unshare_network(libc: ctypes.CDLL) -> None:
+    if libc.unshare(CLONE_NEWNET) == 0:
+        return
+    uid, gid = os.getuid(), os.getgid()  # no CAP_SYS_ADMIN: in a user namespace of its own
+    if libc.unshare(CLONE_NEWUSER | CLONE_NEWNET) != 0:
+        raise OSError(ctypes.get_errno(), "unshare(CLONE_NEWNET)")
+    Path("/proc/self/setgroups").write_text("deny")
+    Path("/proc/self/uid_map").write_text(f"{uid} {uid} 1")
+    Path("/proc/self/gid_map").write_text(f"{gid} {gid} 1")
+
+
+def restrict_files(policy: Policy, scratch: Path) -> None:
+    version = landlock.abi()
+    if not version:
+        raise OSError("this kernel has no Landlock")
+    rules = landlock.Ruleset(version)
+    for root in readable_roots(policy.hidden):
+        rules.allow(root, landlock.READ)
+    for folder in listable_folders(policy.hidden):
+        rules.allow(folder, landlock.READ_DIR)
+    for shared in policy.shared:
+        rules.allow(Path(shared), landlock.READ)
+    rules.allow(scratch, landlock.READ | landlock.WRITE)
+    rules.allow(Path("/dev"), landlock.READ | landlock.DEVICE)
+    rules.allow(Path("/dev/shm"), landlock.READ | landlock.WRITE)
+    rules.apply()
+
+
+def user_tasks(uid: int) -> int:
+    count = 0
+    for entry in os.scandir("/proc"):
+        if entry.name.isdigit():
+            try:
+                if entry.stat().st_uid == uid:
+                    count += len(os.listdir(f"/proc/{entry.name}/task"))
+            except OSError:
+                continue
+    return count
+
+
+def drop_capabilities(libc: ctypes.CDLL) -> None:
+    for cap in range(CAP_LAST + 1):
+        libc.prctl(PR_CAPBSET_DROP, cap, 0, 0, 0)  # past the last one it fails: fine
+    header = (ctypes.c_uint32 * 2)(CAP_VERSION_3, 0)
+    data = (ctypes.c_uint32 * 6)()  # effective, permitted, inheritable; twice; all empty
+    if libc.capset(header, data) != 0:
+        raise OSError(ctypes.get_errno(), "capset")
+
+
+def limit(policy: Policy, libc: ctypes.CDLL) -> None:
+    tasks = user_tasks(os.getuid()) + policy.processes
+    if os.getuid() == 0:
+        drop_capabilities(libc)
+    _lower(resource.RLIMIT_NPROC, tasks)
+    _lower(resource.RLIMIT_DATA, policy.memory_bytes)
+    _lower(resource.RLIMIT_NOFILE, OPEN_FILES)
+    _lower(resource.RLIMIT_CORE, 0)
+
+
+def _lower(kind: int, value: int) -> None:
+    soft, hard = resource.getrlimit(kind)
+    cap = value if hard == resource.RLIM_INFINITY else min(value, hard)
+    resource.setrlimit(kind, (min(cap, soft) if soft != resource.RLIM_INFINITY else cap, cap))
+
+
+def main() -> None:
+    policy = Policy.from_env(os.environ[POLICY_VARIABLE])
+    scratch = Path(os.environ[SCRATCH_VARIABLE])
+    for name in ("tmp", "cache"):
+        (scratch / name).mkdir(parents=True, exist_ok=True)
+    os.environ.update(
+        TMPDIR=str(scratch / "tmp"),
+        XDG_CACHE_HOME=str(scratch / "cache"),
+        CUDA_CACHE_PATH=str(scratch / "cache" / "nv"),
+        TRITON_CACHE_DIR=str(scratch / "cache" / "triton"),
+        TORCHINDUCTOR_CACHE_DIR=str(scratch / "cache" / "inductor"),
+        HARNESS_PCH_READ_ONLY="1",
+    )
+    libc = ctypes.CDLL(None, use_errno=True)
+    if policy.net:
+        unshare_network(libc)
+    restrict_files(policy, scratch)
+    limit(policy, libc)
+    os.setpgid(0, 0)  # a process group of its own (in the run's session), killed whole at the end
+    os.execv(sys.executable, [sys.executable, *sys.argv[1:]])
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,150 @@
+"""The sandbox of solution workers (harness/sandbox.py): each attack of tests/fixtures/sandbox is
+stopped by the kernel and named by its rule, honest solutions are unaffected, and the build
+cache takes no module it did not record."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+
+from harness import sandbox as sandbox_policy
+from harness.errors import UserError
+from harness.measure.worker import Job
+from harness.run import sandboxing as sandbox
+from harness.run import staging
+from harness.settings import Limits, Places, Settings
+from tests.conftest import REPO, TOY, CliRun, toy_solution
+
+FIXTURES = REPO / "tests" / "fixtures" / "sandbox"
+ATTACKS = {  # fixture: the rule that must name it
+    "socket_out": "sandbox_network",
+    "read_secret": "sandbox_filesystem",
+    "write_runs": "sandbox_filesystem",
+    "plant_build": "sandbox_filesystem",
+    "fork_bomb": "sandbox_processes",
+    "memory_hog": "sandbox_memory",
+    "ptrace_parent": "sandbox_ptrace",
+}
+LACKS = sandbox.missing()
+needs_sandbox = pytest.mark.skipif(bool(LACKS), reason=f"no sandbox here: {LACKS}")
+
+
+def test_everything_is_readable_but_the_hidden_paths(tmp_path: Path) -> None:
+    for name in ("results/cpu", "logs", "code/pkg", "solutions/x"):
+        (tmp_path / name).mkdir(parents=True)
+    (tmp_path / "solutions" / "x" / "mine.py").write_text("")
+    (tmp_path / "link").symlink_to(tmp_path / "results")
+    hidden = (str(tmp_path / "results"), str(tmp_path / "solutions" / "x" / "mine.py"))
+    roots = set(sandbox_policy.readable_roots(hidden))
+    assert tmp_path / "logs" in roots and tmp_path / "code" in roots
+    assert not any(str(root).startswith(str(tmp_path / "results")) for root in roots)
+    assert tmp_path / "link" not in roots  # a link into a hidden folder
+    assert tmp_path / "solutions" / "x" / "mine.py" not in roots
+    assert tmp_path in sandbox_policy.listable_folders(hidden)
+    assert not any(root == Path("/") or tmp_path.is_relative_to(root) for root in roots)
+
+
+def test_a_policy_travels_whole_through_the_environment() -> None:
+    made = sandbox_policy.Policy(("/a", "/b"), ("/a/c",), 1 << 30, 64, False)
+    assert sandbox_policy.Policy.from_env(made.to_env()) == made
+    assert made.is_hidden("/a/x") and not made.is_hidden("/a/c/x") and not made.is_hidden("/ab")
+
+
+def test_a_cached_build_is_staged_only_while_its_modules_match_their_record(
+    tmp_path: Path,
+) -> None:
+    settings = Settings(places=Places(tmp_path / "r", tmp_path / "builds", tmp_path / "l"))
+    job = Job("toy", str(TOY / "reference.py"), toy_solution("good"), "", "hash", settings)
+    built = tmp_path / "built" / "ext"
+    built.mkdir(parents=True)
+    (built / "ext.so").write_bytes(b"module")
+    cache = staging._cache_folder(job)
+    staging.publish(built.parent, cache)
+    assert json.loads((cache / staging.MANIFEST).read_text()) == staging._modules(cache)
+    links = tmp_path / "links"
+    scratch = tmp_path / "w1"
+    scratch.mkdir()
+    staged = staging.stage(job, scratch, links)
+    assert (scratch / "build" / "ext" / "ext.so").read_bytes() == b"module"
+    assert Path(staged.build_folder).resolve() == (scratch / "build").resolve()  # its link
+    assert Path(staged.solution).read_text() == Path(job.solution).read_text()
+    staging.finish(job, scratch, staging.Judged("ok"))
+    (cache / "ext" / "ext.so").write_bytes(b"planted")  # written behind the harness's back
+    scratch = tmp_path / "w2"
+    scratch.mkdir()
+    staging.stage(job, scratch, links)
+    assert not (scratch / "build" / "ext").exists()  # not loaded: it builds afresh
+
+
+@needs_sandbox
+def test_the_launcher_closes_each_door_before_the_interpreter_starts(tmp_path: Path) -> None:
+    hidden, scratch = tmp_path / "hidden", tmp_path / "scratch"
+    hidden.mkdir()
+    scratch.mkdir()
+    (hidden / "secret").write_text("s")
+    made = sandbox_policy.Policy((str(hidden),), (), 1 << 30, 64)
+    probe = (
+        "import ctypes, os, socket\n"
+        "def tried(f):\n"
+        "    try: f(); return 'allowed'\n"
+        "    except OSError: return 'refused'\n"
+        f"print(tried(lambda: open({str(hidden / 'secret')!r}).read()))\n"
+        f"print(tried(lambda: open({str(tmp_path / 'new')!r}, 'w')))\n"
+        f"print(tried(lambda: open({str(scratch / 'new')!r}, 'w')))\n"
+        "print(tried(lambda: socket.create_connection(('192.0.2.1', 80), timeout=1)))\n"
+        "libc = ctypes.CDLL(None, use_errno=True)\n"
+        "print('refused' if libc.ptrace(16, os.getppid(), 0, 0) else 'allowed')\n"
+    )
+    env = {
+        **os.environ,
+        sandbox_policy.POLICY_VARIABLE: made.to_env(),
+        sandbox_policy.SCRATCH_VARIABLE: str(scratch),
+    }
+    done = subprocess.run(
+        [sys.executable, str(sandbox.LAUNCH), "-c", probe],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.stdout.split() == ["refused", "refused", "allowed", "refused", "refused"], done
+
+
+def test_required_refuses_a_machine_without_it(monkeypatch) -> None:
+    monkeypatch.setattr(sandbox, "missing", lambda: ["Landlock ABI 4 or later (none)"])
+    settings = Settings(limits=Limits(sandbox="required"))
+    with pytest.raises(UserError, match="--sandbox required: this machine lacks Landlock"):
+        sandbox.begin(settings, [])
+    assert sandbox.begin(replace(settings, limits=Limits(sandbox="off")), []) is None
+
+
+@needs_sandbox
+def test_every_attack_is_stopped_and_named_and_honest_solutions_pass(
+    cli: CliRun, monkeypatch
+) -> None:
+    results = cli.root / "results"
+    (results / "cpu").mkdir(parents=True)
+    (results / "secret.txt").write_text("the planted secret")
+    monkeypatch.setenv("SANDBOX_SECRET", str(results / "secret.txt"))
+    monkeypatch.setenv("SANDBOX_RUNS", str(results / "cpu" / "runs.jsonl"))
+    monkeypatch.setenv("SANDBOX_BUILDS", str(cli.build_dir))
+    solutions = [str(FIXTURES / f"{name}.py") for name in ATTACKS] + [toy_solution("good")]
+    flags = ["--memory-gb", "2", "--max-processes", "64", "--timeout", "15"]
+    flags += ["--budget-ms", "5", "--check-only", "--sandbox", "required"]
+    pairs = [("--solution", path) for path in solutions]
+    cli("--problem", str(TOY), *[word for pair in pairs for word in pair], *flags)
+    for name, rule in ATTACKS.items():
+        record = cli.record(name)
+        assert f"[rule: {rule}]" in record["detail"], record
+        if rule != "sandbox_memory":  # a failure of its own, with its rule named
+            assert (record["status"], record["reason"]) == ("rejected", rule), record
+    assert cli.record("good")["status"] == "ok"
+    log = (results / "cpu" / "runs.jsonl").read_text()
+    assert "forged" not in log and "the planted secret" not in log
+    assert not list(cli.build_dir.glob("toy/good-planted*"))
