@@ -151,6 +151,9 @@ def restrict_files(policy: Policy, scratch: Path) -> None:
     for shared in policy.shared:
         rules.allow(Path(shared), landlock.READ)
     rules.allow(scratch, landlock.READ | landlock.WRITE)
+    # CUDA's start writes under /proc/<its pid> (on the H200, cudaGetDeviceCount failed with
+    # error 304 without it; tuning/sandbox_cuda_probe.py); the pid is the worker's after exec
+    rules.allow(Path(f"/proc/{os.getpid()}"), landlock.READ | landlock.WRITE)
     rules.allow(Path("/dev"), landlock.READ | landlock.DEVICE)
     rules.allow(Path("/dev/shm"), landlock.READ | landlock.WRITE)
     rules.apply()

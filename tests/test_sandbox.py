@@ -148,3 +148,16 @@ def test_every_attack_is_stopped_and_named_and_honest_solutions_pass(
     log = (results / "cpu" / "runs.jsonl").read_text()
     assert "forged" not in log and "the planted secret" not in log
     assert not list(cli.build_dir.glob("toy/good-planted*"))
+
+
+@needs_sandbox
+def test_auto_stays_off_where_cuda_does_not_start_inside_it(tmp_path: Path, capsys) -> None:
+    # Here no CUDA starts at all, so the check inside the sandbox fails as a GPU machine's
+    # would if the sandbox kept CUDA from starting: `auto` runs without it, `required` refuses.
+    places = Places(tmp_path / "r", tmp_path / "builds", tmp_path / "l")
+    settings = Settings(device="cuda:0", places=places)
+    assert sandbox.begin(settings, []) is None
+    assert "sandbox: off, CUDA does not start inside it here" in capsys.readouterr().out
+    with pytest.raises(UserError, match="CUDA does not start inside it"):
+        sandbox.begin(replace(settings, limits=Limits(sandbox="required")), [])
+    assert sandbox.active is None

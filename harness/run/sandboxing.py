@@ -11,6 +11,7 @@ copies into the scratch folder what the job may see and takes out what it made
 
 from __future__ import annotations
 
+import hashlib
 import os
 import shutil
 import subprocess
@@ -26,6 +27,7 @@ from harness.sandbox import POLICY_VARIABLE, SCRATCH_VARIABLE, Policy, hidden_pa
 
 LAUNCH = Path(__file__).resolve().parent.parent / "sandbox.py"
 MODES = ("auto", "required", "off")
+CUDA_PROBE_S = 120.0  # how long the check that CUDA starts inside the sandbox may take
 _STARTING = threading.Lock()  # the interpreter and the environment a start takes are global
 
 
@@ -85,6 +87,35 @@ class Sandbox:
     def close(self) -> None:
         shutil.rmtree(self.workers, ignore_errors=True)
 
+    def cuda_fails(self) -> str | None:
+        """Why CUDA does not start inside the sandbox on this machine, or None when it does:
+        tried once per launcher, torch and kernel (a marker in the root), in a sandboxed
+        child (seconds, the first time)."""
+        import torch
+
+        stamp = hashlib.sha256(LAUNCH.read_bytes()).hexdigest()[:16]
+        key = f"{torch.__version__}|{os.uname().release}|{stamp}"
+        marker = self.root / "cuda-ok"
+        if marker.exists() and marker.read_text() == key:
+            return None
+        scratch = self.scratch()
+        env = {**os.environ, POLICY_VARIABLE: self.policy.to_env(), SCRATCH_VARIABLE: str(scratch)}
+        code = "import torch; torch.zeros(1, device='cuda'); print('cuda ok')"
+        try:
+            done = subprocess.run(
+                [str(self.launcher), "-c", code], env=env, capture_output=True, text=True,
+                timeout=CUDA_PROBE_S,
+            )  # fmt: skip
+        except (OSError, subprocess.TimeoutExpired) as err:
+            return f"{type(err).__name__}: {err}"
+        finally:
+            shutil.rmtree(scratch, ignore_errors=True)
+        if "cuda ok" in done.stdout:
+            marker.write_text(key)
+            return None
+        lines = (done.stderr or done.stdout).strip().splitlines()
+        return lines[-1][:200] if lines else f"exit {done.returncode}"
+
 
 active: Sandbox | None = None  # the run's, set by harness.run.pool while its slots run
 
@@ -116,7 +147,14 @@ def begin(settings: Any, work: list[tuple[Any, list[Path]]]) -> Sandbox | None:
     limits = settings.limits
     memory = int(limits.memory_gb * (1 << 30))
     policy = Policy(hidden, shared, memory, max(limits.max_processes, 1))
-    active = Sandbox(policy, root)
+    box = Sandbox(policy, root)
+    why = box.cuda_fails() if settings.device.startswith("cuda") else None
+    if why and mode == "required":
+        raise UserError(f"--sandbox required: CUDA does not start inside it here: {why}")
+    if why:
+        print(f"sandbox: off, CUDA does not start inside it here ({why}); --sandbox off hides this")
+        return None
+    active = box
     return active
 
 

@@ -42,7 +42,8 @@ def stage(job: Job, scratch: Path, links: Path) -> Job:
     """`job` as its sandboxed worker runs it: the solution, log and build folder in `scratch`
     (the build under a stable name in `links`). A reference's job only gets its log there."""
     if job.task in REFERENCE_TASKS:
-        return dataclasses.replace(job, log_path=str(scratch / "worker.log"))
+        log, build = scratch / "worker.log", scratch / "build"
+        return dataclasses.replace(job, log_path=str(log), build_folder=str(build))
     solution = Path(job.solution)
     own = scratch / "solution"
     own.mkdir(exist_ok=True)
