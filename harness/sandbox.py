@@ -61,12 +61,14 @@ class Policy:
         data = json.loads(text)
         return cls(**{**data, "hidden": tuple(data["hidden"]), "shared": tuple(data["shared"])})
 
-    def is_hidden(self, path: str) -> bool:
-        """Whether `path` (resolved) lies in a hidden folder and not in a shared one."""
-        real = os.path.realpath(path)
-        inside = any(real == h or real.startswith(h.rstrip("/") + "/") for h in self.hidden)
-        shared = any(real == s or real.startswith(s.rstrip("/") + "/") for s in self.shared)
-        return inside and not shared
+    def is_hidden(self, real: str) -> bool:
+        """Whether `real` (a resolved path) lies in a hidden folder and not in a shared one."""
+        return within(real, self.hidden) and not within(real, self.shared)
+
+
+def within(real: str, folders: tuple[str, ...]) -> bool:
+    """Whether `real` (a resolved path) is one of `folders` or lies inside one."""
+    return any(real == f or real.startswith(f.rstrip("/") + "/") for f in folders)
 
 
 def listable_folders(hidden: tuple[str, ...]) -> list[Path]:

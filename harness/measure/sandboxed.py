@@ -18,7 +18,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from harness.sandbox import POLICY_VARIABLE, SCRATCH_VARIABLE, Policy
+from harness.sandbox import POLICY_VARIABLE, SCRATCH_VARIABLE, Policy, within
 
 VIOLATIONS = "violations.txt"
 RULES = ("network", "filesystem", "ptrace", "processes")  # each as `sandbox_<rule>`
@@ -68,7 +68,7 @@ class _Hook:
             return self.opened(os.fsdecode(args[0]), args[1], args[2])
         elif event in CHANGES and isinstance(args[0], str | bytes | os.PathLike):
             path = os.fsdecode(args[0])
-            if not self.writable(path):
+            if not self.writable(os.path.realpath(path)):
                 return "filesystem", f"{event} {path}"
         elif event == "ctypes.dlsym" and isinstance(args[1], str) and args[1] in TRACING:
             return "ptrace", f"called {args[1]} through ctypes"
@@ -91,12 +91,11 @@ class _Hook:
         if self.policy.is_hidden(real):
             return "filesystem", f"opened {path}, which the sandbox hides"
         writes = any(c in str(mode or "") for c in "wax+") or bool((flags or 0) & WRITE_FLAGS)
-        if writes and not self.writable(real):
+        if writes:  # not writable: the scratch folder and the device nodes returned above
             return "filesystem", f"opened {path} for writing, outside its scratch folder"
         return None
 
-    def writable(self, path: str) -> bool:
-        real = os.path.realpath(path)
-        if real == self.scratch or real.startswith(self.scratch + "/"):
-            return True
-        return real.startswith(ALWAYS_WRITABLE) or real.startswith(f"/proc/{os.getpid()}/")
+    def writable(self, real: str) -> bool:
+        """Whether the worker may write `real` (a resolved path)."""
+        own = (self.scratch, f"/proc/{os.getpid()}")
+        return within(real, own) or real.startswith(ALWAYS_WRITABLE)

@@ -171,7 +171,7 @@ def run_isolated(
         gate.close()
         if scratch is not None:  # what it started killed; its log and build taken out
             with contextlib.suppress(OSError):
-                os.killpg(process.pid, signal.SIGKILL)  # the launcher's setsid: its group
+                os.killpg(process.pid, signal.SIGKILL)  # its group (the launcher's setpgid)
             judged = staging.finish(job, scratch, judged)
     return judged
 

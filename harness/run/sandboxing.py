@@ -26,7 +26,6 @@ from harness import landlock
 from harness.sandbox import POLICY_VARIABLE, SCRATCH_VARIABLE, Policy, hidden_paths
 
 LAUNCH = Path(__file__).resolve().parent.parent / "sandbox.py"
-MODES = ("auto", "required", "off")
 CUDA_PROBE_S = 120.0  # how long the check that CUDA starts inside the sandbox may take
 _STARTING = threading.Lock()  # the interpreter and the environment a start takes are global
 
@@ -59,30 +58,35 @@ class Sandbox:
         self.links = root / "b"  # harness.run.staging's stable build names
         self.workers = root / "w" / str(os.getpid())  # this run's scratch folders
         self.launcher = root / "python"
+        self._made = False  # the folders and the launcher, made by the first scratch()
 
     def scratch(self) -> Path:
-        """A new scratch folder for a worker (made with the launcher where missing)."""
-        self.workers.mkdir(parents=True, exist_ok=True)
-        text = f"#!/bin/sh\nexec '{sys.executable}' '{LAUNCH}' \"$@\"\n"
-        if not self.launcher.exists() or self.launcher.read_text() != text:
+        """A new scratch folder for a worker (the first also makes the launcher)."""
+        if not self._made:
+            self.workers.mkdir(parents=True, exist_ok=True)
             fresh = self.root / f".python.{os.getpid()}"
-            fresh.write_text(text)
+            fresh.write_text(f"#!/bin/sh\nexec '{sys.executable}' '{LAUNCH}' \"$@\"\n")
             fresh.chmod(0o755)
-            os.replace(fresh, self.launcher)
+            os.replace(fresh, self.launcher)  # atomic: another run may be starting through it
+            self._made = True
         return Path(tempfile.mkdtemp(dir=self.workers))
+
+    def variables(self, scratch: Path) -> dict[str, str]:
+        """The environment the launcher reads: the run's policy and the worker's folder."""
+        return {POLICY_VARIABLE: self.policy.to_env(), SCRATCH_VARIABLE: str(scratch)}
 
     def start(self, process: Any, scratch: Path) -> None:
         """Start `process` (a multiprocessing spawn) inside the sandbox, in `scratch`."""
         with _STARTING:
-            before = spawn.get_executable()
-            os.environ[POLICY_VARIABLE] = self.policy.to_env()
-            os.environ[SCRATCH_VARIABLE] = str(scratch)
+            before, variables = spawn.get_executable(), self.variables(scratch)
+            os.environ.update(variables)
             spawn.set_executable(str(self.launcher))
             try:
                 process.start()
             finally:
                 spawn.set_executable(before)
-                del os.environ[POLICY_VARIABLE], os.environ[SCRATCH_VARIABLE]
+                for name in variables:
+                    del os.environ[name]
 
     def close(self) -> None:
         shutil.rmtree(self.workers, ignore_errors=True)
@@ -99,7 +103,7 @@ class Sandbox:
         if marker.exists() and marker.read_text() == key:
             return None
         scratch = self.scratch()
-        env = {**os.environ, POLICY_VARIABLE: self.policy.to_env(), SCRATCH_VARIABLE: str(scratch)}
+        env = {**os.environ, **self.variables(scratch)}
         code = "import torch; torch.zeros(1, device='cuda'); print('cuda ok')"
         try:
             done = subprocess.run(
@@ -117,7 +121,7 @@ class Sandbox:
         return lines[-1][:200] if lines else f"exit {done.returncode}"
 
 
-active: Sandbox | None = None  # the run's, set by harness.run.pool while its slots run
+active: Sandbox | None = None  # the run's: made by begin (harness.run.driving), ended with its pool
 
 
 def begin(settings: Any, work: list[tuple[Any, list[Path]]]) -> Sandbox | None:
