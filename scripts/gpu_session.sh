@@ -14,6 +14,9 @@
 #   bash scripts/gpu_session.sh multilabel-14   multilabel_margin with 14 CUDA solutions, cold
 #   bash scripts/gpu_session.sh rows-alone   after throughput: ROWS (6) of its cached sweep's
 #                     solutions each run alone, and --compare against the sweep's rows
+#   bash scripts/gpu_session.sh sandbox-cost   issue 26: the shipped solutions of
+#                     SANDBOX_PROBLEMS (multilabel_margin smooth_l1), built first, run with the
+#                     sandbox off, then auto (ROUNDS times, default 1): seconds, and --compare
 # On a machine with two GPUs (issue 27, docs/scale.md), a call each:
 #   GPUS=0 bash scripts/gpu_session.sh scaling     the level-1-sized suite (COUNT, default 100,
 #   GPUS=all bash scripts/gpu_session.sh scaling   seed 2) swept cold on GPU 0, then on both
@@ -136,6 +139,23 @@ elif [ "$part" = rows-alone ]; then
       --build-dir "$warm/builds" --results-dir "$solo" --budget-ms 500 >/dev/null
   done
   step rows-compare 30 $python run.py --compare "$warm/results-cached/$gpu" "$solo/$gpu"
+elif [ "$part" = sandbox-cost ]; then
+  read -ra problems <<<"${SANDBOX_PROBLEMS:-multilabel_margin smooth_l1}"
+  for problem in "${problems[@]}"; do
+    step "build-$problem" 200 $python run.py --problem "$problem" --build-only --build-jobs "$(nproc)"
+  done
+  for round in $(seq "${ROUNDS:-1}"); do
+    for mode in off auto; do
+      for problem in "${problems[@]}"; do
+        start=$(date +%s.%N)
+        step "sandbox-$mode-$problem-$round" 150 $python run.py --problem "$problem" \
+          --sandbox "$mode" --results-dir "$state/sandbox-$mode" >/dev/null
+        echo "sandbox $mode $problem round $round: $(awk "BEGIN {print $(date +%s.%N) - $start}") s" |
+          tee -a "$out/summary.txt"
+      done
+    done
+  done
+  step sandbox-compare 30 $python run.py --compare "$state/sandbox-off/$gpu" "$state/sandbox-auto/$gpu"
 elif [ "$part" = multilabel-14 ]; then
   copies=$state/multilabel && mkdir -p "$copies" && cp solutions/multilabel_margin/*.py "$copies/"
   for n in 1 2 3 4 5 6 7 8 9 10; do  # 10 more CUDA solutions: the shipped ones, built apart

@@ -3,7 +3,10 @@ The header itself is made and used by every real C++ build in the tests (tests/t
 
 from __future__ import annotations
 
+import concurrent.futures
+import json
 import os
+import time
 from pathlib import Path
 
 from harness.measure import pch
@@ -65,3 +68,52 @@ def test_a_failed_header_is_noted_and_not_tried_again(tmp_path: Path) -> None:
     assert not gch.exists() and gch.with_name("extension.h.gch.failed").exists()
     pch.make(gch, ["touch", str(gch)])  # not run: the failure stands
     assert not gch.exists()
+
+
+def test_a_sandboxed_build_gets_its_header_from_the_harness_made_outside(
+    tmp_path: Path, monkeypatch
+) -> None:
+    build, _ = build_folder(tmp_path, "boxed")
+    scratch, root = tmp_path / "scratch", tmp_path / "cache" / ".pch"
+    scratch.mkdir()
+    monkeypatch.delenv("HARNESS_PCH_DIR", raising=False)
+    monkeypatch.delenv("CXX", raising=False)
+    monkeypatch.setenv(pch.READ_ONLY, "1")
+    monkeypatch.setenv("HARNESS_SANDBOX_SCRATCH", str(scratch))
+    asking = concurrent.futures.ThreadPoolExecutor(1).submit(pch.prepare, build, root)
+    while not (scratch / pch.ASKED).exists():  # the build waits for the harness
+        assert not asking.done(), asking.result()
+        time.sleep(0.05)
+    pch.answer(scratch, tmp_path / "cache", trusted=[tmp_path / "include"])
+    gch = asking.result(timeout=60)
+    assert gch is not None and gch.is_file() and gch.is_relative_to(root)
+    assert f"cflags = -I{gch.parent.parent} " in (build / "build.ninja").read_text()
+
+
+def test_the_harness_makes_no_header_from_flags_that_could_read_a_solutions_files(
+    tmp_path: Path, monkeypatch
+) -> None:
+    monkeypatch.delenv("CXX", raising=False)
+    include = tmp_path / "include"
+    build_folder(tmp_path, "any")
+    header = str(include / "torch" / "extension.h")
+    good = ["-DTORCH_API_INCLUDE_EXTENSION_H", "-isystem", str(include), "-fPIC", "-O3"]
+    made = pch._command({"cxx": "c++", "flags": good, "header": header}, tmp_path, [include])
+    assert not isinstance(made, str) and made[1][:3] == ["c++", "-x", "c++-header"]
+    refusals = {
+        "compiler": ("/tmp/mine/c++", good),
+        "include folder": ("c++", [*good, f"-I{tmp_path / 'scratch'}"]),
+        "'-fplugin=/tmp/x.so'": ("c++", [*good, "-fplugin=/tmp/x.so"]),
+        "'-include'": ("c++", [*good, "-include", "/tmp/x.h"]),
+        "'@/tmp/options'": ("c++", [*good, "@/tmp/options"]),
+    }
+    for why, (cxx, flags) in refusals.items():
+        said = pch._command({"cxx": cxx, "flags": flags, "header": header}, tmp_path, [include])
+        assert isinstance(said, str) and why in said, (why, said)
+    scratch = tmp_path / "scratch"
+    scratch.mkdir()
+    asked = {"cxx": "c++", "flags": [*good, "-fplugin=/tmp/x.so"], "header": header}
+    (scratch / pch.ASKED).write_text(json.dumps(asked))
+    pch.answer(scratch, tmp_path, trusted=[include])
+    assert "-fplugin" in (scratch / pch.REFUSED).read_text()
+    assert not list(tmp_path.rglob("*.gch*"))

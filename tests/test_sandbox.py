@@ -125,8 +125,15 @@ def test_required_refuses_a_machine_without_it(monkeypatch) -> None:
 
 
 @needs_sandbox
+@pytest.mark.parametrize(
+    ("device", "sandboxing", "memory_gb"),
+    [  # on the GPU, `auto` must find that CUDA starts inside it, and a CUDA context fit
+        ("cpu", "required", "2"),
+        pytest.param("cuda", "auto", "8", marks=pytest.mark.gpu),
+    ],
+)
 def test_every_attack_is_stopped_and_named_and_honest_solutions_pass(
-    cli: CliRun, monkeypatch
+    cli: CliRun, monkeypatch, device: str, sandboxing: str, memory_gb: str
 ) -> None:
     results = cli.root / "results"
     (results / "cpu").mkdir(parents=True)
@@ -135,8 +142,8 @@ def test_every_attack_is_stopped_and_named_and_honest_solutions_pass(
     monkeypatch.setenv("SANDBOX_RUNS", str(results / "cpu" / "runs.jsonl"))
     monkeypatch.setenv("SANDBOX_BUILDS", str(cli.build_dir))
     solutions = [str(FIXTURES / f"{name}.py") for name in ATTACKS] + [toy_solution("good")]
-    flags = ["--memory-gb", "2", "--max-processes", "64", "--timeout", "15"]
-    flags += ["--budget-ms", "5", "--check-only", "--sandbox", "required"]
+    flags = ["--memory-gb", memory_gb, "--max-processes", "64", "--timeout", "30"]
+    flags += ["--budget-ms", "5", "--check-only", "--sandbox", sandboxing, "--device", device]
     pairs = [("--solution", path) for path in solutions]
     cli("--problem", str(TOY), *[word for pair in pairs for word in pair], *flags)
     for name, rule in ATTACKS.items():
@@ -145,7 +152,7 @@ def test_every_attack_is_stopped_and_named_and_honest_solutions_pass(
         if rule != "sandbox_memory":  # a failure of its own, with its rule named
             assert (record["status"], record["reason"]) == ("rejected", rule), record
     assert cli.record("good")["status"] == "ok"
-    log = (results / "cpu" / "runs.jsonl").read_text()
+    log = "".join(path.read_text() for path in results.glob("*/runs.jsonl"))
     assert "forged" not in log and "the planted secret" not in log
     assert not list(cli.build_dir.glob("toy/good-planted*"))
 

@@ -14,21 +14,28 @@ build's own. Where a C++ compile is due, the header is one more step of that nin
 beside nvcc and before main.cpp; this file, run as a script, builds it once whichever builds
 ask at once (a lock, then a rename into place), or notes why it could not (main.cpp then
 compiles as before). A build whose objects are up to date gets the same commands (nothing is
-compiled again) and no header step. In the sandbox a build only uses a header made earlier,
-outside it (a header made by a solution's build could carry its code into others'). Only for
-GCC; HARNESS_PCH=0 turns it off, and HARNESS_PCH_DIR keeps the headers in a folder of its own
-instead (the tests share one across the fresh build folders some of them use).
+compiled again) and no header step. In the sandbox a build never makes the header itself (one
+made by a solution's build could carry its code into others'): it asks the harness, outside
+the sandbox, through its scratch folder, and waits for it (`ask`, `answer`). The harness makes
+it only from the build's compiler and flags where these can read nothing but PyTorch's, CUDA's,
+Python's and the system's headers, so that the header depends on nothing a solution wrote;
+otherwise the build compiles main.cpp as torch wrote it. Only for GCC; HARNESS_PCH=0 turns it
+off, and HARNESS_PCH_DIR keeps the headers in a folder of its own instead (the tests share one
+across the fresh build folders some of them use).
 """
 
 from __future__ import annotations
 
 import fcntl
 import hashlib
+import json
 import os
 import re
 import shlex
 import subprocess
 import sys
+import sysconfig
+import threading
 import time
 from functools import cache
 from pathlib import Path
@@ -38,6 +45,17 @@ HEADER = "torch/extension.h"
 READ_ONLY = "HARNESS_PCH_READ_ONLY"  # set in the sandbox (harness/sandbox.py)
 NAME_FLAG = re.compile(r"^-DTORCH_EXTENSION_NAME=")
 COMPILE = re.compile(r"^build (\S+\.o): compile (\S+)$", re.MULTILINE)
+ASKED, TAKEN, REFUSED = "pch-asked.json", "pch-taken.json", "pch-refused.txt"  # in a scratch
+TAKE_S = 10.0  # how long a sandboxed build waits for the harness to take its request
+WAIT_S = 300.0  # and then for the header
+# The flags a header may be made with for a sandboxed build, besides its include folders:
+# macros, and options of optimization, language, warnings and target, none that names a file.
+SAFE_FLAG = re.compile(
+    r"-(D[A-Za-z_]\w*(=[\w.+-]*)?|U[A-Za-z_]\w*|O[0-3sgz]?|std=[\w+]+|g[0-3]?|w|pthread"
+    r"|f[A-Za-z][\w+-]*(=[\w.+-]+)?|W[a-z][\w+-]*(=\w+)?|m[a-z][\w+-]*(=[\w.+-]+)?)"
+)
+UNSAFE_F = ("-fplugin", "-fdump", "-fprofile", "-fauto-profile", "-fopt-info", "-fcallgraph")
+_STARTED: set[str] = set()  # the headers this process has started making for sandboxed builds
 
 
 def install(cache_root: Path) -> None:
@@ -52,7 +70,7 @@ def install(cache_root: Path) -> None:
     if run_ninja is None or getattr(run_ninja, "precompiles", False):
         return
 
-    root = Path(os.environ.get("HARNESS_PCH_DIR") or cache_root / ".pch")
+    root = folder_of(cache_root)
 
     def with_header(build_directory: str, *args: Any, **kwargs: Any) -> Any:
         try:
@@ -63,6 +81,11 @@ def install(cache_root: Path) -> None:
 
     with_header.precompiles = True  # type: ignore[attr-defined]
     cpp_extension._run_ninja_build = with_header
+
+
+def folder_of(cache_root: Path) -> Path:
+    """Where the headers of builds cached under `cache_root` are kept."""
+    return Path(os.environ.get("HARNESS_PCH_DIR") or cache_root / ".pch")
 
 
 def prepare(build: Path, root: Path) -> Path | None:
@@ -83,9 +106,12 @@ def prepare(build: Path, root: Path) -> Path | None:
         return None
     folder = root / _key(cxx, version, flags, header)
     gch = folder / f"{HEADER}.gch"
-    if os.environ.get(READ_ONLY) == "1":  # in the sandbox: used where made, never made
+    if os.environ.get(READ_ONLY) == "1":  # in the sandbox: never made here, asked for
         beside = folder / HEADER
-        if not (gch.is_file() and beside.is_symlink() and beside.resolve() == header.resolve()):
+        due = _compile_due(build, compiles)
+        if not gch.is_file() and not (due and ask(cxx, flags, header, gch)):
+            return None
+        if not (beside.is_symlink() and beside.resolve() == header.resolve()):
             return None
     else:
         _mirror(header, folder / HEADER)
@@ -96,6 +122,99 @@ def prepare(build: Path, root: Path) -> Path | None:
         text = _with_step(text, gch, [*shlex.split(cxx), "-x", "c++-header", str(header), *flags])
     ninja.write_text(text)
     return gch
+
+
+def ask(cxx: str, flags: list[str], header: Path, gch: Path) -> bool:
+    """In the sandbox: ask the harness to make `gch` (a request in the worker's scratch folder,
+    which the harness reads as it watches the worker, `answer`), and wait for it; whether it
+    is there. A request not taken, refused or failed leaves the build as torch wrote it."""
+    scratch = os.environ.get("HARNESS_SANDBOX_SCRATCH")  # harness.sandbox.SCRATCH_VARIABLE
+    if not scratch:
+        return False
+    request, failed = Path(scratch) / ASKED, gch.with_name(f"{gch.name}.failed")
+    partial = request.with_name(f"{ASKED}.part")
+    partial.write_text(json.dumps({"cxx": cxx, "flags": flags, "header": str(header)}))
+    os.replace(partial, request)
+    print("precompiled header: asked the harness to make it", flush=True)
+    started = time.monotonic()
+    while not gch.is_file():
+        waited = time.monotonic() - started
+        refused = Path(scratch) / REFUSED
+        if refused.exists():
+            print(f"precompiled header: not made: {refused.read_text()}", flush=True)
+            return False
+        if failed.exists() or waited > WAIT_S or (request.exists() and waited > TAKE_S):
+            print("precompiled header: not made, main.cpp compiles without it", flush=True)
+            return False
+        time.sleep(0.1)
+    return True
+
+
+def answer(scratch: Path, cache_root: Path, trusted: list[Path] | None = None) -> None:
+    """Outside the sandbox, as the harness watches a worker: make the header its build asked
+    for (`ask`), in a process of its own, or say in its scratch folder why not. `trusted`: the
+    folders its include flags may name (PyTorch's, CUDA's, Python's and the system's)."""
+    request = scratch / ASKED
+    if not request.exists():
+        return
+    try:
+        os.replace(request, scratch / TAKEN)
+        asked = json.loads((scratch / TAKEN).read_text())
+        made = _command(asked, folder_of(cache_root), trusted or _trusted_folders())
+    except (OSError, ValueError, TypeError, KeyError) as err:
+        made = f"{type(err).__name__}: {err}"
+    if isinstance(made, str):
+        (scratch / REFUSED).write_text(made)
+        return
+    gch, command = made
+    if str(gch) in _STARTED or gch.is_file():
+        return
+    _STARTED.add(str(gch))
+    _mirror(Path(asked["header"]), gch.parent.parent / HEADER)  # <key>/torch/extension.h
+    child = subprocess.Popen(  # its own session: it finishes even if this run ends first
+        [sys.executable, __file__, str(gch), *command],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
+    )
+    threading.Thread(target=child.wait, daemon=True).start()
+
+
+def _command(asked: dict, root: Path, trusted: list[Path]) -> tuple[Path, list[str]] | str:
+    """The header and the command that makes it for a sandboxed build's request, or why the
+    harness will not: a compiler not its own, or a flag that could read a file of the
+    solution's (an include folder outside `trusted`, a plugin, a file of options)."""
+    cxx, flags, header = str(asked["cxx"]), [str(f) for f in asked["flags"]], asked["header"]
+    if cxx != os.environ.get("CXX", "c++"):
+        return f"its compiler {cxx!r} is not the harness's"
+    words = iter(flags)
+    for flag in words:
+        if flag == "-isystem" or flag.startswith("-I"):
+            folder = next(words, "") if flag == "-isystem" else flag[2:]
+            if not folder or not _inside(Path(folder), trusted):
+                return f"its include folder {folder} is not PyTorch's, CUDA's, Python's or /usr's"
+        elif flag.startswith(UNSAFE_F) or not SAFE_FLAG.fullmatch(flag):
+            return f"its flag {flag!r} is not one a shared header is made with"
+    found, version = _header(flags), _gcc_version(cxx)
+    if found is None or str(found) != header or not _inside(found, trusted) or version is None:
+        return "its torch/extension.h is not PyTorch's, or its compiler is not GCC"
+    gch = root / _key(cxx, version, flags, found) / f"{HEADER}.gch"
+    return gch, [*shlex.split(cxx), "-x", "c++-header", str(found), *flags]
+
+
+def _inside(path: Path, folders: list[Path]) -> bool:
+    resolved = path.resolve()
+    return any(resolved.is_relative_to(folder) for folder in folders)
+
+
+def _trusted_folders() -> list[Path]:
+    import torch
+    from torch.utils import cpp_extension
+
+    found = [Path(torch.__file__).parent, Path("/usr/include"), Path("/usr/local/include")]
+    found += [Path(sysconfig.get_paths()[name]) for name in ("include", "platinclude")]
+    cuda = getattr(cpp_extension, "CUDA_HOME", None)
+    return [folder.resolve() for folder in [*found, *([Path(cuda)] if cuda else [])]]
 
 
 def _mirror(header: Path, beside: Path) -> None:

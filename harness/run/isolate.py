@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from harness import status
-from harness.measure import worker
+from harness.measure import pch, worker
 from harness.measure.events import (
     BuildEnd,
     BuildStart,
@@ -154,6 +154,7 @@ def run_isolated(
         if scratch is not None:
             with contextlib.suppress(OSError):  # its end says why, where it cannot be written
                 staging.follow(scratch, job)
+                pch.answer(scratch, job.settings.places.build_dir)  # a header its build wants
         if isinstance(event, ReadyToTime):
             if before_timing is not None:
                 before_timing()

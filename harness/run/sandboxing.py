@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from harness import landlock
+from harness.measure import pch
 from harness.sandbox import POLICY_VARIABLE, SCRATCH_VARIABLE, Policy, hidden_paths
 
 LAUNCH = Path(__file__).resolve().parent.parent / "sandbox.py"
@@ -147,7 +148,9 @@ def begin(settings: Any, work: list[tuple[Any, list[Path]]]) -> Sandbox | None:
     solutions = [path for _, paths in work for path in paths]
     problems = [source.reference for source, _ in work]
     hidden = hidden_paths(places.results_dir, places.log_dir, places.build_dir, solutions, problems)
-    shared = (str((places.build_dir / ".pch").resolve()),)
+    headers = pch.folder_of(places.build_dir)  # made now: Landlock allows only what exists
+    headers.mkdir(parents=True, exist_ok=True)
+    shared = (str(headers.resolve()),)
     limits = settings.limits
     memory = int(limits.memory_gb * (1 << 30))
     policy = Policy(hidden, shared, memory, max(limits.max_processes, 1))
