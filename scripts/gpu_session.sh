@@ -15,8 +15,9 @@
 #   bash scripts/gpu_session.sh rows-alone   after throughput: ROWS (6) of its cached sweep's
 #                     solutions each run alone, and --compare against the sweep's rows
 #   bash scripts/gpu_session.sh sandbox-cost   issue 26: the shipped solutions of
-#                     SANDBOX_PROBLEMS (multilabel_margin smooth_l1), built first, run with the
-#                     sandbox off, then auto (ROUNDS times, default 1): seconds, and --compare
+#                     SANDBOX_PROBLEMS (multilabel_margin smooth_l1), built first on each side,
+#                     run with the sandbox off, then auto (ROUNDS times, default 1): seconds,
+#                     and --compare
 # On a machine with two GPUs (issue 27, docs/scale.md), a call each:
 #   GPUS=0 bash scripts/gpu_session.sh scaling     the level-1-sized suite (COUNT, default 100,
 #   GPUS=all bash scripts/gpu_session.sh scaling   seed 2) swept cold on GPU 0, then on both
@@ -141,8 +142,11 @@ elif [ "$part" = rows-alone ]; then
   step rows-compare 30 $python run.py --compare "$warm/results-cached/$gpu" "$solo/$gpu"
 elif [ "$part" = sandbox-cost ]; then
   read -ra problems <<<"${SANDBOX_PROBLEMS:-multilabel_margin smooth_l1}"
-  for problem in "${problems[@]}"; do
-    step "build-$problem" 200 $python run.py --problem "$problem" --build-only --build-jobs "$(nproc)"
+  for problem in "${problems[@]}"; do  # each side's builds (a build is not shared between them)
+    for mode in off auto; do
+      step "build-$mode-$problem" 200 $python run.py --problem "$problem" --build-only \
+        --sandbox "$mode" --build-jobs "$(nproc)"
+    done
   done
   for round in $(seq "${ROUNDS:-1}"); do
     for mode in off auto; do

@@ -4,10 +4,12 @@ cache takes no module it did not record."""
 
 from __future__ import annotations
 
+import concurrent.futures
 import json
 import os
 import subprocess
 import sys
+import threading
 from dataclasses import replace
 from pathlib import Path
 
@@ -83,6 +85,22 @@ def test_a_cached_build_is_staged_only_while_its_modules_match_their_record(
 
 
 @needs_sandbox
+def test_the_pools_threads_take_their_first_scratch_folders_at_once(tmp_path: Path) -> None:
+    # Found on the H200: with --build-jobs 16 two threads made the launcher at once, and one
+    # job failed to start ("cannot prepare the worker's scratch folder").
+    for attempt in range(20):
+        box = sandbox.Sandbox(sandbox_policy.Policy((), (), 1 << 30, 64), tmp_path / str(attempt))
+        start = threading.Barrier(16)
+
+        def take(box: sandbox.Sandbox = box, start: threading.Barrier = start) -> Path:
+            start.wait()
+            return box.scratch()
+
+        with concurrent.futures.ThreadPoolExecutor(16) as pool:
+            folders = list(pool.map(lambda _: take(), range(16)))
+        assert len(set(folders)) == 16 and os.access(box.launcher, os.X_OK)
+
+
 def test_the_launcher_closes_each_door_before_the_interpreter_starts(tmp_path: Path) -> None:
     hidden, scratch = tmp_path / "hidden", tmp_path / "scratch"
     hidden.mkdir()

@@ -60,16 +60,18 @@ class Sandbox:
         self.workers = root / "w" / str(os.getpid())  # this run's scratch folders
         self.launcher = root / "python"
         self._made = False  # the folders and the launcher, made by the first scratch()
+        self._making = threading.Lock()
 
     def scratch(self) -> Path:
         """A new scratch folder for a worker (the first also makes the launcher)."""
-        if not self._made:
-            self.workers.mkdir(parents=True, exist_ok=True)
-            fresh = self.root / f".python.{os.getpid()}"
-            fresh.write_text(f"#!/bin/sh\nexec '{sys.executable}' '{LAUNCH}' \"$@\"\n")
-            fresh.chmod(0o755)
-            os.replace(fresh, self.launcher)  # atomic: another run may be starting through it
-            self._made = True
+        with self._making:  # the pool's threads stage their first jobs at once
+            if not self._made:
+                self.workers.mkdir(parents=True, exist_ok=True)
+                fresh = self.root / f".python.{os.getpid()}"
+                fresh.write_text(f"#!/bin/sh\nexec '{sys.executable}' '{LAUNCH}' \"$@\"\n")
+                fresh.chmod(0o755)
+                os.replace(fresh, self.launcher)  # atomic: another run may start through it
+                self._made = True
         return Path(tempfile.mkdtemp(dir=self.workers))
 
     def variables(self, scratch: Path) -> dict[str, str]:
