@@ -37,6 +37,7 @@ import sys
 import sysconfig
 import threading
 import time
+from collections.abc import Iterator
 from functools import cache
 from pathlib import Path
 from typing import Any
@@ -128,7 +129,9 @@ def ask(cxx: str, flags: list[str], header: Path, gch: Path) -> bool:
     """In the sandbox: ask the harness to make `gch` (a request in the worker's scratch folder,
     which the harness reads as it watches the worker, `answer`), and wait for it; whether it
     is there. A request not taken, refused or failed leaves the build as torch wrote it."""
-    scratch = os.environ.get("HARNESS_SANDBOX_SCRATCH")  # harness.sandbox.SCRATCH_VARIABLE
+    from harness.sandbox import SCRATCH_VARIABLE  # here: this file also runs as a script
+
+    scratch = os.environ.get(SCRATCH_VARIABLE)
     if not scratch:
         return False
     request, failed = Path(scratch) / ASKED, gch.with_name(f"{gch.name}.failed")
@@ -187,10 +190,8 @@ def _command(asked: dict, root: Path, trusted: list[Path]) -> tuple[Path, list[s
     cxx, flags, header = str(asked["cxx"]), [str(f) for f in asked["flags"]], asked["header"]
     if cxx != os.environ.get("CXX", "c++"):
         return f"its compiler {cxx!r} is not the harness's"
-    words = iter(flags)
-    for flag in words:
-        if flag == "-isystem" or flag.startswith("-I"):
-            folder = next(words, "") if flag == "-isystem" else flag[2:]
+    for flag, folder in _words(flags):
+        if folder is not None:
             if not folder or not _inside(Path(folder), trusted):
                 return f"its include folder {folder} is not PyTorch's, CUDA's, Python's or /usr's"
         elif flag.startswith(UNSAFE_F) or not SAFE_FLAG.fullmatch(flag):
@@ -257,11 +258,21 @@ def _header_first(source: Path) -> bool:
 
 def _header(flags: list[str]) -> Path | None:
     """torch/extension.h where the build's include flags find it."""
-    for flag, value in zip(flags, [*flags[1:], ""], strict=True):
-        folder = value if flag == "-isystem" else flag[2:] if flag.startswith("-I") else None
+    for _, folder in _words(flags):
         if folder and (Path(folder) / HEADER).is_file():
             return Path(folder) / HEADER
     return None
+
+
+def _words(flags: list[str]) -> Iterator[tuple[str, str | None]]:
+    """Each flag (`-isystem` with the word after it taken as its folder), with the include
+    folder it names, or None where it names none."""
+    words = iter(flags)
+    for flag in words:
+        if flag == "-isystem":
+            yield flag, next(words, "")
+        else:
+            yield flag, flag[2:] if flag.startswith("-I") else None
 
 
 @cache
