@@ -8,6 +8,7 @@ run/       the parent process, one per run.py: finds the work and drives it
     scheduler  many solutions of many problems at once: builds in a pool, judging on each slot
     pool       this host's pool: builds in worker processes, one judging slot per device
     raypool    the same on a Ray cluster (run.py --ray): CPU tasks build, one actor per GPU
+    shipping   a build and a log sent between a Ray cluster's hosts
     reporting  what a run tells the user while the scheduler works
     resume     --resume: what is already recorded for the same solution, toolchain, settings
     session    run the solutions of a problem, each in a worker, and record each result

@@ -31,25 +31,32 @@ from harness import toolchain  # noqa: E402
 from harness.errors import UserError  # noqa: E402
 from harness.measure.events import Event, Tick  # noqa: E402
 from harness.measure.worker import Job  # noqa: E402
-from harness.run import raypool  # noqa: E402
+from harness.run import raypool, sandboxing, shipping  # noqa: E402
 from harness.settings import Checking, Limits, Places, Settings, StopRule, Timing  # noqa: E402
 from tests.conftest import REPO, TOY, toy_solution  # noqa: E402
 
 QUICK = ["--device", "cpu", "--max-samples", "5", "--trials", "2", "--timeout", "20"]
 NODE_MEMORY = 80 << 20  # each node's object store: builds of a few MB pass through it
 EXPECTED = {"good": "ok", "wrong_scale": "incorrect", "cpp_extension": "ok"}
+FIXTURES = REPO / "tests" / "fixtures" / "sandbox"
+# Two attacks of tests/fixtures/sandbox, each stopped by the sandbox its judge's process made
+ATTACKS = {"socket_out": "sandbox_network", "write_runs": "sandbox_filesystem"}
+LACKS = sandboxing.missing()
 
 
 @pytest.fixture(scope="module")
 def cluster() -> Iterator[str]:
     """The cluster's address. Its files go under a short temporary folder (Ray's sockets live
-    there, and a socket's path may not be long), removed afterwards."""
+    there, and a socket's path may not be long), removed afterwards. Its workers see
+    SANDBOX_RUNS (write_runs' target, in ray_run's results): they take the environment the
+    cluster started with."""
     root = Path(tempfile.mkdtemp(prefix="rt-", dir="/tmp"))
     (root / "ray").mkdir()
     head = {"num_cpus": 2, "num_gpus": 0, "include_dashboard": False}
     try:
         with pytest.MonkeyPatch.context() as patch:
             patch.setenv("RAY_TMPDIR", str(root))
+            patch.setenv("SANDBOX_RUNS", str(RUNS_TARGET))
             made = Cluster(
                 initialize_head=True, head_node_args={**head, "object_store_memory": NODE_MEMORY}
             )
@@ -64,6 +71,10 @@ def cluster() -> Iterator[str]:
         shutil.rmtree(root, ignore_errors=True)
 
 
+RUNS_TARGET = Path(tempfile.gettempdir()) / f"ray-run-{os.getpid()}" / "results" / "cpu"
+RUNS_TARGET = RUNS_TARGET / "runs.jsonl"  # ray_run's own run log
+
+
 def run_py(*args: str, timeout: float = 400) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         [sys.executable, "run.py", *args],
@@ -75,17 +86,21 @@ def run_py(*args: str, timeout: float = 400) -> subprocess.CompletedProcess[str]
 
 
 @pytest.fixture(scope="module")
-def ray_run(
-    cluster: str, tmp_path_factory: pytest.TempPathFactory
-) -> tuple[subprocess.CompletedProcess[str], Path]:
+def ray_run(cluster: str) -> Iterator[tuple[subprocess.CompletedProcess[str], Path]]:
     """One run.py --ray over the toy problem: a correct and a wrong solution in plain PyTorch,
-    and a C++ extension built in a fresh build cache (a Ray build task compiles it)."""
-    root = tmp_path_factory.mktemp("ray_run")
+    and a C++ extension built in a fresh build cache (a Ray build task compiles it); where
+    this machine has the sandbox, in it (`required`), with two attacks beside them."""
+    root = RUNS_TARGET.parents[2]
+    shutil.rmtree(root, ignore_errors=True)
     solutions = [arg for name in EXPECTED for arg in ("--solution", toy_solution(name))]
+    sandbox = ["--sandbox", "auto" if LACKS else "required"]
+    attacks = [] if LACKS else [str(FIXTURES / f"{name}.py") for name in ATTACKS]
+    solutions += [arg for path in attacks for arg in ("--solution", path)]
     places = ["--results-dir", str(root / "results"), "--log-dir", str(root / "logs")]
     places += ["--build-dir", str(root / "builds")]
-    done = run_py("--problem", str(TOY), *solutions, "--ray", cluster, *QUICK, *places)
-    return done, root
+    done = run_py("--problem", str(TOY), *solutions, "--ray", cluster, *QUICK, *sandbox, *places)
+    yield done, root
+    shutil.rmtree(root, ignore_errors=True)
 
 
 def records(root: Path) -> list[dict[str, Any]]:
@@ -100,7 +115,7 @@ def test_every_solution_is_judged_once_on_the_cluster_with_its_verdict(
     assert done.returncode == 1, done.stderr  # wrong_scale is incorrect
     assert "Traceback" not in done.stderr, done.stderr
     assert done.stderr.splitlines()[0] == "ray: 2 judge(s) on 1 host(s), on cpu", done.stderr
-    recorded = records(root)
+    recorded = [r for r in records(root) if r["solution"] not in ATTACKS]
     assert sorted(r["solution"] for r in recorded) == sorted(EXPECTED)
     for record in recorded:
         assert record["status"] == EXPECTED[record["solution"]], record["detail"]
@@ -109,6 +124,20 @@ def test_every_solution_is_judged_once_on_the_cluster_with_its_verdict(
         assert machine["host"] == socket.gethostname() and machine["device"] == "cpu"
         assert machine["load_1m"] is not None and machine["cpu_count"] == os.cpu_count()
         assert record["log"] is None or Path(record["log"]).exists()
+
+
+@pytest.mark.skipif(bool(LACKS), reason=f"no sandbox here: {LACKS}")
+def test_the_judges_on_the_cluster_stop_and_name_each_attack_in_their_sandbox(
+    ray_run: tuple[subprocess.CompletedProcess[str], Path],
+) -> None:
+    done, root = ray_run
+    assert "sandbox: off" not in done.stdout + done.stderr
+    recorded = {r["solution"]: r for r in records(root)}
+    for name, rule in ATTACKS.items():
+        record = recorded[name]
+        assert (record["status"], record["reason"]) == ("rejected", rule), record["detail"]
+        assert f"[rule: {rule}]" in record["detail"]
+    assert "forged" not in RUNS_TARGET.read_text()
 
 
 def test_the_extension_was_compiled_by_a_build_task(
@@ -125,18 +154,26 @@ def test_a_build_unpacked_where_it_was_missing_is_up_to_date_for_ninja(
 ) -> None:
     """A judge on another host finds the build task's folder in its own cache: here the one
     the build left, packed, removed, and unpacked where it was (paths are the same on
-    every host), after which ninja has nothing to do."""
+    every host), after which ninja has nothing to do where the judge's worker builds: in the
+    sandbox, a copy in its scratch folder under the build's stable name (harness.run.staging),
+    else the cache's folder itself."""
     _, root = ray_run
     (folder,) = (root / "builds" / "toy").glob("cpp_extension-*")
-    packed = raypool.pack(folder)
+    packed = shipping.pack(folder)
     assert packed is not None
     before = {p.relative_to(folder): p.stat().st_mtime_ns for p in folder.rglob("*")}
     shutil.move(folder, tmp_path / "elsewhere")
-    assert raypool.restore(folder, lambda: (folder.name, packed))
+    assert shipping.restore(folder, lambda: (folder.name, packed))
     assert {p.relative_to(folder): p.stat().st_mtime_ns for p in folder.rglob("*")} == before
+    where = folder
+    if not LACKS:  # as staging.stage stages it, mtimes kept
+        where = root / "builds" / ".sandbox" / "b" / folder.relative_to(root / "builds")
+        shutil.copytree(folder, tmp_path / "scratch" / "build", symlinks=True)
+        where.unlink()  # the link to the build task's scratch folder, gone with it
+        where.symlink_to(tmp_path / "scratch" / "build")
     ninja = shutil.which("ninja") or str(Path(sys.executable).parent / "ninja")
     dry = subprocess.run(
-        [ninja, "-n", "-C", str(folder / "toy_scale_add")], capture_output=True, text=True
+        [ninja, "-n", "-C", str(where / "toy_scale_add")], capture_output=True, text=True
     )
     assert "no work to do" in dry.stdout, dry.stdout + dry.stderr
 
@@ -146,7 +183,7 @@ def test_a_build_is_unpacked_only_where_its_folder_is_missing(tmp_path: Path) ->
     (built / "ext").mkdir(parents=True)
     (built / "ext" / "ext.so").write_bytes(b"\x7fELF")
     os.utime(built / "ext" / "ext.so", ns=(1_000_000_000, 1_000_000_000))
-    packed = raypool.pack(built)
+    packed = shipping.pack(built)
     assert packed is not None
     shipped = (built.name, packed)
     fetched: list[int] = []
@@ -156,18 +193,18 @@ def test_a_build_is_unpacked_only_where_its_folder_is_missing(tmp_path: Path) ->
         return shipped
 
     elsewhere = tmp_path / "b" / "toy" / "mine-0123"
-    assert raypool.restore(elsewhere, fetch)  # missing: unpacked, mtimes kept
+    assert shipping.restore(elsewhere, fetch)  # missing: unpacked, mtimes kept
     assert (elsewhere / "ext" / "ext.so").read_bytes() == b"\x7fELF"
     assert (elsewhere / "ext" / "ext.so").stat().st_mtime_ns == 1_000_000_000
-    assert not raypool.restore(elsewhere, fetch)  # there now: not fetched again
+    assert not shipping.restore(elsewhere, fetch)  # there now: not fetched again
     assert fetched == [1]
     empty = tmp_path / "c" / "toy" / "mine-0123"
     empty.mkdir(parents=True)  # an empty folder (made by a job that built nothing) is missing
-    assert raypool.restore(empty, fetch) and (empty / "ext" / "ext.so").exists()
+    assert shipping.restore(empty, fetch) and (empty / "ext" / "ext.so").exists()
     other = tmp_path / "d" / "toy" / "mine-4567"  # another torch or target: another name
-    assert not raypool.restore(other, fetch) and not other.exists()
+    assert not shipping.restore(other, fetch) and not other.exists()
     assert not list(tmp_path.rglob("*.part"))
-    assert raypool.pack(tmp_path / "nothing") is None
+    assert shipping.pack(tmp_path / "nothing") is None
 
 
 def test_a_wrong_address_is_one_error_line_and_exit_3(tmp_path: Path) -> None:

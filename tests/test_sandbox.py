@@ -7,6 +7,7 @@ from __future__ import annotations
 import concurrent.futures
 import json
 import os
+import socket
 import subprocess
 import sys
 import threading
@@ -18,8 +19,8 @@ import pytest
 from harness import sandbox as sandbox_policy
 from harness.errors import UserError
 from harness.measure.worker import Job
+from harness.run import raypool, staging
 from harness.run import sandboxing as sandbox
-from harness.run import staging
 from harness.settings import Limits, Places, Settings
 from tests.conftest import REPO, TOY, CliRun, toy_solution
 
@@ -186,3 +187,45 @@ def test_auto_stays_off_where_cuda_does_not_start_inside_it(tmp_path: Path, caps
     with pytest.raises(UserError, match="CUDA does not start inside it"):
         sandbox.begin(replace(settings, limits=Limits(sandbox="required")), [])
     assert sandbox.active is None
+
+
+def test_a_ray_process_takes_the_runs_sandbox_once_and_says_why_not(
+    monkeypatch, tmp_path: Path
+) -> None:
+    # A Ray judge or build task (harness.run.raypool) gets the run's rules from the driver.
+    asked: list[int] = []
+
+    def lacks() -> list[str]:
+        asked.append(1)
+        return ["Landlock ABI 4 or later (none)"]
+
+    monkeypatch.setattr(sandbox, "missing", lacks)
+    monkeypatch.setattr(sandbox, "_taken", {})
+    rules = sandbox_policy.Policy((), (), 1 << 30, 64)
+    why = sandbox.take("auto", rules, tmp_path, "cpu")
+    assert why == "this machine lacks Landlock ABI 4 or later (none)" and sandbox.active is None
+    assert sandbox.take("auto", rules, tmp_path, "cpu") == why and len(asked) == 1
+    refused = sandbox.take("required", rules, tmp_path, "cpu")
+    assert refused is not None and refused.startswith("--sandbox required: this machine lacks")
+    assert sandbox.take("off", rules, tmp_path, "cpu") is None and sandbox.active is None
+    # Under 'required' a build task on such a host builds nothing, and says where and why.
+    settings = Settings(places=Places(tmp_path / "r", tmp_path / "builds", tmp_path / "l"))
+    job = Job("toy", str(TOY / "reference.py"), toy_solution("good"), "", "hash", settings)
+    judged, packed = raypool.build_remotely(job, [], ("required", rules))
+    assert judged.harness_error and packed is None
+    assert judged.detail.endswith(f"on {socket.gethostname()}: {refused}")
+
+
+@needs_sandbox
+def test_a_ray_process_judges_in_the_sandbox_it_took(monkeypatch, tmp_path: Path) -> None:
+    monkeypatch.setattr(sandbox, "_taken", {})
+    rules = sandbox_policy.Policy((str(tmp_path / "results"),), (), 1 << 30, 64)
+    try:
+        assert sandbox.take("required", rules, tmp_path / "builds", "cpu") is None
+        box = sandbox.active
+        assert box is not None and box.policy == rules
+        assert box.root == tmp_path / "builds" / ".sandbox"
+        assert sandbox.take("required", rules, tmp_path / "builds", "cpu") is None
+        assert sandbox.active is box  # once per process and rules
+    finally:
+        sandbox.end()

@@ -77,6 +77,7 @@ def run_all(args: argparse.Namespace, resolve: Any) -> int:
         pool: Any = raypool.connect(args.ray, args.build_jobs)  # None: as the cluster's CPUs allow
         settings = resolve(args, pool.device, pool.capability)
         session = Session(settings, recording=recording, described=pool.described())
+        pool.sandbox(settings, work)  # on every judge; each build task's too
     else:
         settings = resolve(args, None, None)
         pool = local.LocalPool(local.gpu_devices(args.gpus, settings.device), jobs)

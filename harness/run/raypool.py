@@ -11,11 +11,13 @@ import the harness from it: PYTHONPATH), and the problems and solutions at the p
 names them by (a shared filesystem, or the same checkout everywhere); run.py runs on a host of
 the cluster. --build-dir and --log-dir name a folder on each host.
 
-A build made on one host is of no use to a judge on another: the build task packs its build
-folder (tar, into Ray's object store), and a judge whose cache lacks that folder unpacks it
-there first, mtimes kept, so ninja finds the build up to date (a build for another torch or
-target has another folder name, and is not unpacked). A worker's log is written where it ran;
-where this host lacks it, it is written here from a copy that comes back with the result.
+Builds and logs travel between hosts as harness.run.shipping says.
+
+The sandbox (--sandbox, harness.run.sandboxing) is the run's on every host: this process makes
+its rules from the run's folders, solutions and problems (`RayPool.sandbox`), and each judging
+actor and build task makes it the active one of its process before its first job, as a local
+run does, and says where it cannot ('required' then refuses: the run does not start, or a
+build is not run).
 """
 
 from __future__ import annotations
@@ -23,17 +25,13 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import functools
-import io
 import logging
 import os
-import shutil
 import socket
 import sys
-import tarfile
 import threading
 import time
 from collections import deque
-from collections.abc import Callable
 from concurrent.futures import Future
 from pathlib import Path
 from typing import Any
@@ -41,10 +39,12 @@ from typing import Any
 from harness import toolchain
 from harness.errors import HarnessError, UserError
 from harness.measure.events import Event, OnEvent, Tick
-from harness.measure.judged import Judged
+from harness.measure.judged import Judged, harness_failure
 from harness.measure.worker import Job
 from harness.record import Machine
+from harness.run import sandboxing, shipping
 from harness.run.pool import COMPILES_PER_BUILD, LocalSlot, execute
+from harness.sandbox import Policy
 from harness.settings import REPO
 
 INSTALL = "pip install -r requirements-ray.txt"
@@ -54,13 +54,8 @@ START = (
 )
 PROBE_S = 3.0  # how long the head's port may take to accept a connection
 READY_S = 300.0  # how long the judging actors may take to start (each imports torch)
+CLOSE_S = 5.0  # how long idle judges may take to close their spares and sandbox when the run ends
 POLL_S = 0.25  # how often a slot's thread looks at its remote job (a stop is seen this fast)
-LOG_MAX_BYTES = 1 << 20  # the end of a longer log comes back
-SHIP_MAX_BYTES = 512 << 20  # a bigger build folder is not shipped: its judge builds it again
-SAFE: dict[str, Any] = {"filter": "data"} if hasattr(tarfile, "data_filter") else {}  # 3.10.12+
-# A file's mtime to the nanosecond, in its pax header: tar's own is a float, and ninja finds a
-# build out of date when an output's mtime moved by a few nanoseconds (its deps log says when).
-MTIME_NS = "KERNELBENCH.mtime_ns"
 
 
 def connect(address: str, build_jobs: int | None) -> RayPool:
@@ -150,6 +145,7 @@ class RayPool:
         self._waiting: deque[tuple[Job, list[Path], Future[Judged]]] = deque()
         self._running: dict[Any, Future[Judged]] = {}  # build ref: its future
         self._closed = False
+        self.rules: tuple[str, Policy] | None = None  # the run's sandbox: mode and rules
         self._build_task = ray.remote(num_cpus=1, num_returns=2, max_retries=0)(build_remotely)
         self.slots = self._start_judges()
         self.device: str = self.slots[0].device
@@ -176,6 +172,29 @@ class RayPool:
             raise UserError(f"--ray: {mixed if machines else late + ' (GPUs held elsewhere?)'}")
         return [RaySlot(self, a, m) for a, m in zip(actors, machines, strict=True)]
 
+    def sandbox(self, settings: Any, work: list[tuple[Any, list[Path]]]) -> None:
+        """Give every judge, and the builds to come, the run's sandbox (`settings`' mode, rules
+        made from `work` here); a judge whose host cannot have it says why in one line, and
+        under 'required' the run stops there (UserError)."""
+        mode = settings.limits.sandbox
+        if mode == "off":
+            return
+        rules = sandboxing.policy(settings, work)
+        self.rules = (mode, rules)
+        folder = Path(settings.places.build_dir).absolute()
+        asked = [slot.actor.sandbox.remote(mode, rules, folder) for slot in self.slots]
+        try:
+            answers = self.ray.get(asked)
+        except self.ray.exceptions.RayError as err:
+            raise HarnessError(
+                f"a Ray judge could not make the sandbox: {_first_line(err)}"
+            ) from None
+        for slot, why in zip(self.slots, answers, strict=True):
+            if why and mode == "required":
+                raise UserError(f"on {slot.name}: {why}")
+            if why:
+                print(f"sandbox: off on {slot.name}, {why} (--sandbox off hides this)")
+
     def described(self) -> Machine:
         """The machine of the first slot (every slot's GPU is of the same model)."""
         return self.slots[0].machine
@@ -197,7 +216,7 @@ class RayPool:
                 if self.limit is not None and len(self._running) >= self.limit:
                     break
                 job, folders, done = self._waiting.popleft()
-                result, packed = self._build_task.remote(*absolute(job, folders))
+                result, packed = self._build_task.remote(*absolute(job, folders), self.rules)
                 self.shipped[shipped_key(job)] = packed
                 self._running[result] = done
                 started.append((job, result))
@@ -210,7 +229,7 @@ class RayPool:
             done = self._running.pop(ref, None)
         if done is not None and done.set_running_or_notify_cancel():
             try:
-                done.set_result(landed(finished.result(), job))
+                done.set_result(shipping.landed(finished.result(), job))
             except BaseException as err:
                 done.set_exception(HarnessError(f"a Ray build task failed: {_first_line(err)}"))
         self._submit()
@@ -228,6 +247,8 @@ class RayPool:
         with contextlib.suppress(Exception):  # a broken connection stops nothing more
             for ref in running:
                 self.ray.cancel(ref, force=True)
+            closing = [slot.actor.close.remote() for slot in self.slots]
+            self.ray.wait(closing, num_returns=len(closing), timeout=CLOSE_S)
         _kill(self.ray, [slot.actor for slot in self.slots])
         if self.started:
             self.ray.shutdown()
@@ -259,7 +280,7 @@ class RaySlot:
         except BaseException:  # stopped: the actor stops its worker (Judge.run)
             ray.cancel(call)
             raise
-        return landed(result, job)
+        return shipping.landed(result, job)
 
 
 class Judge:
@@ -278,28 +299,47 @@ class Judge:
         gpus = ray.get_runtime_context().get_accelerator_ids().get("GPU") or []
         return self.slot.machine(), f"gpu {gpus[0]}" if gpus else None
 
+    def sandbox(self, mode: str, rules: Policy, build_dir: Path) -> str | None:
+        """Judge in a sandbox of `rules` from now on (harness.run.sandboxing.take); None when
+        it is on, else why not."""
+        return sandboxing.take(mode, rules, build_dir, self.slot.device)
+
+    def close(self) -> None:
+        """Its spare workers closed and its sandbox's folders removed (before it is killed)."""
+        self.slot.close()
+        sandboxing.end()
+
     def run(self, job: Job, folders: list[Path], packed: list[Any], more: int = 1) -> Judged:
         """Judge `job` on this actor's device, first unpacking the build shipped with it
         (`packed`: [ObjectRef of build_remotely's second value, or None]) where missing here."""
         import ray
 
         if packed[0] is not None:
-            restore(job_folder(job), lambda: ray.get(packed[0]))
+            shipping.restore(job_folder(job), lambda: ray.get(packed[0]))
 
         def stop_when_cancelled(event: Event) -> None:
             if ray.get_runtime_context().is_canceled():  # raised in the watch: the worker dies
                 raise InterruptedError("the run stopped")
 
-        return with_log(self.slot.run(job, folders, stop_when_cancelled, more), job)
+        return shipping.with_log(self.slot.run(job, folders, stop_when_cancelled, more), job)
 
 
-def build_remotely(job: Job, folders: list[Path]) -> tuple[Judged, Any]:
-    """A Ray task: run the build job here, in a worker (harness.run.pool.execute); its result
-    and its packed build folder, (folder name, tar bytes), or None where nothing was built."""
+def build_remotely(
+    job: Job, folders: list[Path], rules: tuple[str, Policy] | None = None
+) -> tuple[Judged, Any]:
+    """A Ray task: run the build job here, in a worker (harness.run.pool.execute), in the
+    run's sandbox (`rules`: its mode and rules, RayPool.sandbox) where this host has it; its
+    result and its packed build folder, (folder name, tar bytes), or None where nothing was
+    built. Under 'required', a host without the sandbox builds nothing: a harness error."""
+    if rules is not None:
+        mode, policy = rules
+        why = sandboxing.take(mode, policy, job.settings.places.build_dir, "cpu")
+        if why and mode == "required":
+            return harness_failure(f"on {socket.gethostname()}: {why}"), None
     result = execute(job, folders, lambda event: None)
     folder = job_folder(job)
-    packed = pack(folder) if result.ok else None
-    return with_log(result, job), (folder.name, packed) if packed else None
+    packed = shipping.pack(folder) if result.ok else None
+    return shipping.with_log(result, job), (folder.name, packed) if packed else None
 
 
 def shipped_key(job: Job) -> tuple[str, str, str]:
@@ -333,68 +373,3 @@ def _kill(ray: Any, actors: list[Any]) -> None:
     for actor in actors:
         with contextlib.suppress(Exception):
             ray.kill(actor)
-
-
-def pack(folder: Path) -> bytes | None:
-    """`folder`'s files as a gzipped tar (mtimes kept), or None where it holds none or more
-    than SHIP_MAX_BYTES."""
-    if not folder.is_dir():
-        return None
-    sizes = [p.stat().st_size for p in folder.rglob("*") if p.is_file() and not p.is_symlink()]
-    if not sizes or sum(sizes) > SHIP_MAX_BYTES:
-        return None
-
-    def exact(info: tarfile.TarInfo) -> tarfile.TarInfo:
-        info.pax_headers = {MTIME_NS: str(os.lstat(folder / info.name).st_mtime_ns)}
-        return info
-
-    buffer = io.BytesIO()
-    with tarfile.open(fileobj=buffer, mode="w:gz", format=tarfile.PAX_FORMAT) as tar:
-        tar.add(folder, arcname=".", filter=exact)
-    return buffer.getvalue()
-
-
-def restore(folder: Path, fetch: Callable[[], Any]) -> bool:
-    """Unpack the build that `fetch()` returns, (folder name, tar bytes) or None, as `folder`
-    where this host's cache lacks it (missing or empty) and the name is `folder`'s; whether it
-    did. Unpacked beside it, then renamed into place, so no judge sees half a folder."""
-    if folder.is_dir() and any(folder.iterdir()):
-        return False
-    shipped = fetch()
-    if shipped is None or shipped[0] != folder.name:
-        return False
-    folder.parent.mkdir(parents=True, exist_ok=True)
-    part = folder.parent / f".{folder.name}.{os.getpid()}.{threading.get_ident()}.part"
-    try:
-        with tarfile.open(fileobj=io.BytesIO(shipped[1]), mode="r:gz") as tar:
-            tar.extractall(part, **SAFE)
-            for member in reversed(tar.getmembers()):  # a folder after what it holds
-                ns = int(member.pax_headers[MTIME_NS])
-                os.utime(part / member.name, ns=(ns, ns), follow_symlinks=False)
-        os.rename(part, folder)  # over an empty folder too
-    except (OSError, tarfile.TarError, KeyError, ValueError):  # or another judge was first
-        return False
-    finally:
-        shutil.rmtree(part, ignore_errors=True)
-    return True
-
-
-def with_log(result: Judged, job: Job) -> Judged:
-    """`result` with the end of the job's log, for a driver on another host."""
-    try:
-        with open(job.log_path, "rb") as log:
-            log.seek(max(0, os.fstat(log.fileno()).st_size - LOG_MAX_BYTES))
-            return dataclasses.replace(result, ray_log=log.read())
-    except OSError:
-        return result
-
-
-def landed(result: Judged, job: Job) -> Judged:
-    """The result as it came back, its log written where this host lacks it."""
-    text, result = result.ray_log, dataclasses.replace(result, ray_log=None)
-    log = Path(job.log_path)
-    if text is not None and not log.exists():
-        with contextlib.suppress(OSError):  # an unwritable log folder stops the run elsewhere
-            log.parent.mkdir(parents=True, exist_ok=True)
-            log.write_bytes(text)
-    return result

@@ -124,18 +124,47 @@ class Sandbox:
         return lines[-1][:200] if lines else f"exit {done.returncode}"
 
 
-active: Sandbox | None = None  # the run's: made by begin (harness.run.driving), ended with its pool
+active: Sandbox | None = None  # the process's: made by begin or take, ended with its pool
+_taken: dict[tuple[str, Policy, str, str], str | None] = {}  # take's answers, in this process
 
 
 def begin(settings: Any, work: list[tuple[Any, list[Path]]]) -> Sandbox | None:
-    """The run's sandbox, as `settings.limits.sandbox` asks and this machine allows (made the
-    active one); None when off. Raises UserError when 'required' and something is missing."""
+    """The run's sandbox on this host, as `settings.limits.sandbox` asks and this machine
+    allows (made the active one); None when off, saying why in one line unless 'off' was
+    asked. Raises UserError when 'required' and something is missing."""
     global active
-    from harness.errors import UserError
-
     mode = settings.limits.sandbox
     if mode == "off":
         return None
+    places = settings.places
+    box, why = opened(mode, policy(settings, work), places.build_dir, settings.device)
+    if why:
+        print(f"sandbox: off, {why} (--sandbox off hides this)")
+    active = box
+    return active
+
+
+def policy(settings: Any, work: list[tuple[Any, list[Path]]]) -> Policy:
+    """What the run's workers may not touch and may spend: its results, logs, build cache,
+    solutions and problems hidden (harness.sandbox.hidden_paths), the precompiled headers'
+    folder shared, the limits of `settings.limits`."""
+    places, limits = settings.places, settings.limits
+    solutions = [path for _, paths in work for path in paths]
+    problems = [source.reference for source, _ in work]
+    hidden = hidden_paths(places.results_dir, places.log_dir, places.build_dir, solutions, problems)
+    shared = (str(pch.folder_of(places.build_dir).resolve()),)
+    memory = int(limits.memory_gb * (1 << 30))
+    return Policy(hidden, shared, memory, max(limits.max_processes, 1))
+
+
+def opened(mode: str, rules: Policy, build_dir: Path, device: str) -> tuple[Sandbox | None, str]:
+    """A sandbox of `rules` on this host, its root in `build_dir`, for workers on `device`;
+    or None and why not ('' when `mode` is 'off'). Raises UserError when `mode` is 'required'
+    and this machine lacks something, or CUDA does not start inside it."""
+    from harness.errors import UserError
+
+    if mode == "off":
+        return None, ""
     lacks = missing()
     if lacks and mode == "required":
         raise UserError(
@@ -143,28 +172,35 @@ def begin(settings: Any, work: list[tuple[Any, list[Path]]]) -> Sandbox | None:
             "--sandbox auto (or off) to run without it"
         )
     if lacks:
-        print(f"sandbox: off, this machine lacks {'; '.join(lacks)} (--sandbox off hides this)")
-        return None
-    places = settings.places
-    root = places.build_dir / ".sandbox"
-    solutions = [path for _, paths in work for path in paths]
-    problems = [source.reference for source, _ in work]
-    hidden = hidden_paths(places.results_dir, places.log_dir, places.build_dir, solutions, problems)
-    headers = pch.folder_of(places.build_dir)  # made now: Landlock allows only what exists
-    headers.mkdir(parents=True, exist_ok=True)
-    shared = (str(headers.resolve()),)
-    limits = settings.limits
-    memory = int(limits.memory_gb * (1 << 30))
-    policy = Policy(hidden, shared, memory, max(limits.max_processes, 1))
-    box = Sandbox(policy, root)
-    why = box.cuda_fails() if settings.device.startswith("cuda") else None
+        return None, f"this machine lacks {'; '.join(lacks)}"
+    pch.folder_of(build_dir).mkdir(parents=True, exist_ok=True)  # Landlock allows what exists
+    box = Sandbox(rules, build_dir / ".sandbox")
+    why = box.cuda_fails() if device.startswith("cuda") else None
     if why and mode == "required":
         raise UserError(f"--sandbox required: CUDA does not start inside it here: {why}")
     if why:
-        print(f"sandbox: off, CUDA does not start inside it here ({why}); --sandbox off hides this")
-        return None
-    active = box
-    return active
+        return None, f"CUDA does not start inside it here: {why}"
+    return box, ""
+
+
+def take(mode: str, rules: Policy, build_dir: Path, device: str) -> str | None:
+    """Make a sandbox of `rules` this process's active one (a Ray actor's or task's: the
+    driver made `rules` for the run, harness.run.raypool); None when it is on or `mode` is
+    'off', else why not, in one line (a UserError's text when `mode` is 'required'). Done
+    once per process and set of rules: later calls give the same answer."""
+    global active
+    key = (mode, rules, str(build_dir), device)
+    if key not in _taken:
+        from harness.errors import UserError
+
+        try:
+            box, why = opened(mode, rules, build_dir, device)
+        except UserError as err:
+            box, why = None, str(err)
+        end()
+        active = box
+        _taken[key] = why or None
+    return _taken[key]
 
 
 def end() -> None:
