@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import hashlib
 import importlib.util
+import os
 import sys
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -72,9 +73,11 @@ def import_file(path: Path | str) -> ModuleType:
     neighbours (a GPUCodeForces solution imports `example_torchcode`, say), and is taken off
     again after: a neighbour named like a package found later (`solutions/lltm/cuda.py`, and
     the `cuda.bindings` that torch looks for when a spawned worker imports it) shadows nothing
-    afterwards, here or in the workers this process spawns. Exceptions propagate.
+    afterwards, here or in the workers this process spawns. Exceptions propagate. Links in
+    `path` are kept: a sandboxed job's solution lies under a stable link (harness.run.staging),
+    and its `__file__`, which names the sources it builds with torch's `load`, keeps that name.
     """
-    path = Path(path).resolve()
+    path = Path(os.path.abspath(path))
     digest = hashlib.sha1(str(path).encode()).hexdigest()[:10]
     module_name = f"harness_loaded_{path.stem}_{digest}"
     spec = importlib.util.spec_from_file_location(module_name, path)

@@ -167,10 +167,11 @@ def test_a_build_unpacked_where_it_was_missing_is_up_to_date_for_ninja(
     assert {p.relative_to(folder): p.stat().st_mtime_ns for p in folder.rglob("*")} == before
     where = folder
     if not LACKS:  # as staging.stage stages it, mtimes kept
-        where = root / "builds" / ".sandbox" / "b" / folder.relative_to(root / "builds")
+        link = root / "builds" / ".sandbox" / "b" / folder.relative_to(root / "builds")
         shutil.copytree(folder, tmp_path / "scratch" / "build", symlinks=True)
-        where.unlink()  # the link to the build task's scratch folder, gone with it
-        where.symlink_to(tmp_path / "scratch" / "build")
+        link.unlink()  # the link to the build task's scratch folder, gone with it
+        link.symlink_to(tmp_path / "scratch")
+        where = link / "build"
     ninja = shutil.which("ninja") or str(Path(sys.executable).parent / "ninja")
     dry = subprocess.run(
         [ninja, "-n", "-C", str(where / "toy_scale_add")], capture_output=True, text=True

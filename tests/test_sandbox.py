@@ -229,3 +229,23 @@ def test_a_ray_process_judges_in_the_sandbox_it_took(monkeypatch, tmp_path: Path
         assert sandbox.active is box  # once per process and rules
     finally:
         sandbox.end()
+
+
+def test_every_job_of_a_solution_sees_its_files_and_build_under_the_same_names(
+    tmp_path: Path,
+) -> None:
+    # A build's commands name its folder and, with torch's `load`, the sources beside the
+    # solution: were either a scratch folder's own name, every job would build again.
+    settings = Settings(places=Places(tmp_path / "r", tmp_path / "builds", tmp_path / "l"))
+    job = Job("toy", str(TOY / "reference.py"), toy_solution("good"), "", "hash", settings)
+    seen = []
+    for attempt in range(2):
+        scratch = tmp_path / f"w{attempt}"
+        scratch.mkdir()
+        staged = staging.stage(job, scratch, tmp_path / "links")
+        solution = Path(staged.solution)
+        assert solution.resolve() == (scratch / "solution" / "good.py").resolve()
+        assert Path(staged.build_folder).resolve() == (scratch / "build").resolve()
+        seen.append((staged.solution, staged.build_folder))
+        staging.finish(job, scratch, staging.Judged("ok"))
+    assert seen[0] == seen[1] and str(tmp_path / "links") in seen[0][0]

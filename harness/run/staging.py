@@ -39,8 +39,10 @@ _FOLLOWED: dict[str, int] = {}  # scratch folder: bytes of its log copied so far
 
 
 def stage(job: Job, scratch: Path, links: Path) -> Job:
-    """`job` as its sandboxed worker runs it: the solution, log and build folder in `scratch`
-    (the build under a stable name in `links`). A reference's job only gets its log there."""
+    """`job` as its sandboxed worker runs it: the solution, log and build folder in `scratch`,
+    the solution and build under a stable name in `links` (the same for every job of the
+    solution, so a build's commands, which name its folder and, with torch's `load`, the
+    sources beside the solution, stay the same). A reference's job only gets its log there."""
     if job.task in REFERENCE_TASKS:
         log, build = scratch / "worker.log", scratch / "build"
         return dataclasses.replace(job, log_path=str(log), build_folder=str(build))
@@ -50,25 +52,25 @@ def stage(job: Job, scratch: Path, links: Path) -> Job:
     shutil.copy2(solution, own / solution.name)
     _copy_beside(solution, own)
     build = scratch / "build"
-    name = _claim(job, links, build)  # first: a build of it under way is published meanwhile
+    name = _claim(job, links, scratch)  # first: a build of it under way is published meanwhile
     cached = _cache_folder(job)
     if _intact(cached):
         shutil.copytree(cached, build, symlinks=True, dirs_exist_ok=True)
     build.mkdir(exist_ok=True)
     return dataclasses.replace(
         job,
-        solution=str(own / solution.name),
+        solution=str(name / own.name / solution.name),
         log_path=str(scratch / "worker.log"),
-        build_folder=str(name),
+        build_folder=str(name / build.name),
     )
 
 
-def _claim(job: Job, links: Path, build: Path) -> Path:
-    """The name the worker builds under: the same for every build of the solution (a link to
-    this worker's build folder), since the build's commands hold it and ninja builds again
-    when they change. A lock beside the link, held until the job ends (`finish`), makes a
-    second job of the solution, in any process, wait for the first (whose build it then takes
-    from the cache); one that waits longer than the build limit builds under its own name."""
+def _claim(job: Job, links: Path, scratch: Path) -> Path:
+    """The name the worker sees its scratch folder by: the same for every job of the solution
+    (a link to this worker's folder), since the build's commands hold it and ninja builds
+    again when they change. A lock beside the link, held until the job ends (`finish`), makes
+    a second job of the solution, in any process, wait for the first (whose build it then
+    takes from the cache); one that waits longer than the build limit uses `scratch` itself."""
     cache = job.settings.places.build_dir
     link = links / _cache_folder(job).relative_to(cache)
     link.parent.mkdir(parents=True, exist_ok=True)
@@ -81,12 +83,12 @@ def _claim(job: Job, links: Path, build: Path) -> Path:
         except OSError:
             if time.monotonic() > deadline:
                 os.close(lock)
-                return build
+                return scratch
             time.sleep(CLAIM_POLL_S)
-    _HELD[str(build.parent)] = lock
+    _HELD[str(scratch)] = lock
     fresh = link.with_name(f".{link.name}.{os.getpid()}.{threading.get_ident()}")
     fresh.unlink(missing_ok=True)
-    fresh.symlink_to(build)
+    fresh.symlink_to(scratch)
     os.replace(fresh, link)
     return link
 
