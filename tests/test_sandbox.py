@@ -170,7 +170,8 @@ def test_every_attack_is_stopped_and_named_and_honest_solutions_pass(
         assert f"[rule: {rule}]" in record["detail"], record
         if rule != "sandbox_memory":  # a failure of its own, with its rule named
             assert (record["status"], record["reason"]) == ("rejected", rule), record
-    assert cli.record("good")["status"] == "ok"
+    good = cli.record("good")
+    assert good["status"] == "ok" and "stage" in good["phase_s"]  # the sandbox's copying, timed
     log = "".join(path.read_text() for path in results.glob("*/runs.jsonl"))
     assert "forged" not in log and "the planted secret" not in log
     assert not list(cli.build_dir.glob("toy/good-planted*"))

@@ -125,9 +125,11 @@ def run_isolated(
     """Run `job` in a spawned worker (`spare`, where one is given and alive); `on_event` sees
     phase, case, build and tick events. The result says where the worker ended, however it
     ended: its last `phase` ("load", "check", "time") and the `case` (or benchmark) of that
-    phase it had reached, or None; and the seconds spent in each phase (`phase_s`).
+    phase it had reached, or None; and the seconds spent in each phase (`phase_s`; in the
+    sandbox, "stage" is the harness's copying in and out, harness.run.staging).
     `before_timing` runs when the worker is about to time, which it does once that returns."""
     box = sandboxing.active
+    began = time.monotonic()
     usable = spare is not None and spare.usable()
     if spare is not None and not usable:
         spare.close()
@@ -137,6 +139,7 @@ def run_isolated(
         staged = staging.stage(job, scratch, box.links) if box and scratch else job
     except OSError as err:  # the harness's folder, not the solution: no verdict on it
         return harness_failure(f"cannot prepare the worker's scratch folder: {err}")
+    staging_s = time.monotonic() - began
     if spare is not None and usable:
         process, receiver, gate = spare.process, spare.receiver, spare.jobs
         gate.send(staged)
@@ -173,7 +176,11 @@ def run_isolated(
         if scratch is not None:  # what it started killed; its log and build taken out
             with contextlib.suppress(OSError):
                 os.killpg(process.pid, signal.SIGKILL)  # its group (the launcher's setpgid)
+            began = time.monotonic()
             judged = staging.finish(job, scratch, judged)
+            if judged.phase_s is not None:
+                staging_s += time.monotonic() - began
+                judged = replace(judged, phase_s={**judged.phase_s, "stage": round(staging_s, 3)})
     return judged
 
 
