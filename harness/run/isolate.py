@@ -144,13 +144,7 @@ def run_isolated(
         process, receiver, gate = spare.process, spare.receiver, spare.jobs
         gate.send(staged)
     else:
-        context = multiprocessing.get_context("spawn")
-        receiver, sender = context.Pipe(duplex=False)
-        opening, gate = context.Pipe(duplex=False)
-        args = (staged, sender, opening)
-        process = _started(context.Process(target=worker.entry, args=args, daemon=True), scratch)
-        sender.close()  # the parent keeps only the reading end, so EOF means the worker is gone
-        opening.close()
+        process, receiver, gate = _spawned(staged, scratch)
     log = Path(job.log_path) if scratch is None else scratch / "worker.log"
 
     def opened(event: Event) -> None:
@@ -173,15 +167,36 @@ def run_isolated(
         process.join(JOIN_S)
         receiver.close()
         gate.close()
-        if scratch is not None:  # what it started killed; its log and build taken out
-            with contextlib.suppress(OSError):
-                os.killpg(process.pid, signal.SIGKILL)  # its group (the launcher's setpgid)
-            began = time.monotonic()
-            judged = staging.finish(job, scratch, judged)
-            if judged.phase_s is not None:
-                staging_s += time.monotonic() - began
-                judged = replace(judged, phase_s={**judged.phase_s, "stage": round(staging_s, 3)})
+        if scratch is not None:
+            judged = _taken_out(job, process.pid, scratch, judged, staging_s)
     return judged
+
+
+def _spawned(staged: worker.Job, scratch: Path | None) -> tuple[Any, Any, Any]:
+    """A fresh worker for `staged` (through the sandbox's launcher with a `scratch` folder):
+    the process, the end the parent reads from, and the gate it opens to let the job time."""
+    context = multiprocessing.get_context("spawn")
+    receiver, sender = context.Pipe(duplex=False)
+    opening, gate = context.Pipe(duplex=False)
+    args = (staged, sender, opening)
+    process = _started(context.Process(target=worker.entry, args=args, daemon=True), scratch)
+    sender.close()  # the parent keeps only the reading end, so EOF means the worker is gone
+    opening.close()
+    return process, receiver, gate
+
+
+def _taken_out(job: worker.Job, pid: int, scratch: Path, judged: Judged, staged_s: float) -> Judged:
+    """After a sandboxed job: what its worker started killed, its log and build taken out
+    (staging.finish), and the seconds of staging in (`staged_s`) and out as its "stage"
+    phase."""
+    with contextlib.suppress(OSError):
+        os.killpg(pid, signal.SIGKILL)  # its group (the launcher's setpgid)
+    began = time.monotonic()
+    judged = staging.finish(job, scratch, judged)
+    if judged.phase_s is None:
+        return judged
+    stage = round(staged_s + time.monotonic() - began, 3)
+    return replace(judged, phase_s={**judged.phase_s, "stage": stage})
 
 
 def _started(process: Any, scratch: Path | None = None) -> Any:
