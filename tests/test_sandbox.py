@@ -67,7 +67,7 @@ def test_a_cached_build_is_staged_only_while_its_modules_match_their_record(
     built = tmp_path / "built" / "ext"
     built.mkdir(parents=True)
     (built / "ext.so").write_bytes(b"module")
-    cache = staging._cache_folder(job)
+    cache = staging.cache_folder(job)
     staging.publish(built.parent, cache)
     assert json.loads((cache / staging.MANIFEST).read_text()) == staging._modules(cache)
     links = tmp_path / "links"

@@ -129,11 +129,11 @@ def run_isolated(
     sandbox, "stage" is the harness's copying in and out, harness.run.staging).
     `before_timing` runs when the worker is about to time, which it does once that returns."""
     box = sandboxing.active
-    began = time.monotonic()
     usable = spare is not None and spare.usable()
     if spare is not None and not usable:
         spare.close()
     scratch = spare.scratch if spare is not None and usable else None
+    began = time.monotonic()  # staging in: the sandbox's copying, not a dead spare's close
     try:
         scratch = scratch or (box.scratch() if box else None)
         staged = staging.stage(job, scratch, box.links) if box and scratch else job

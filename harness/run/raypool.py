@@ -36,13 +36,12 @@ from concurrent.futures import Future
 from pathlib import Path
 from typing import Any
 
-from harness import toolchain
 from harness.errors import HarnessError, UserError
 from harness.measure.events import Event, OnEvent, Tick
 from harness.measure.judged import Judged, harness_failure
 from harness.measure.worker import Job
 from harness.record import Machine
-from harness.run import sandboxing, shipping
+from harness.run import sandboxing, shipping, staging
 from harness.run.pool import COMPILES_PER_BUILD, LocalSlot, execute
 from harness.sandbox import Policy
 from harness.settings import REPO
@@ -315,7 +314,7 @@ class Judge:
         import ray
 
         if packed[0] is not None:
-            shipping.restore(job_folder(job), lambda: ray.get(packed[0]))
+            shipping.restore(staging.cache_folder(job), lambda: ray.get(packed[0]))
 
         def stop_when_cancelled(event: Event) -> None:
             if ray.get_runtime_context().is_canceled():  # raised in the watch: the worker dies
@@ -337,19 +336,13 @@ def build_remotely(
         if why and mode == "required":
             return harness_failure(f"on {socket.gethostname()}: {why}"), None
     result = execute(job, folders, lambda event: None)
-    folder = job_folder(job)
+    folder = staging.cache_folder(job)
     packed = shipping.pack(folder) if result.ok else None
     return shipping.with_log(result, job), (folder.name, packed) if packed else None
 
 
 def shipped_key(job: Job) -> tuple[str, str, str]:
     return (job.problem, str(Path(job.solution).absolute()), job.content_hash)
-
-
-def job_folder(job: Job) -> Path:
-    """The job's folder in this host's build cache (harness.toolchain.build_folder)."""
-    cache, arch = job.settings.places.build_dir, job.settings.arch
-    return toolchain.build_folder(cache, job.problem, Path(job.solution), arch, job.content_hash)
 
 
 def absolute(job: Job, folders: list[Path]) -> tuple[Job, list[Path]]:

@@ -53,7 +53,7 @@ def stage(job: Job, scratch: Path, links: Path) -> Job:
     _copy_beside(solution, own)
     build = scratch / "build"
     name = _claim(job, links, scratch)  # first: a build of it under way is published meanwhile
-    cached = _cache_folder(job)
+    cached = cache_folder(job)
     if _intact(cached):
         shutil.copytree(cached, build, symlinks=True, dirs_exist_ok=True)
     build.mkdir(exist_ok=True)
@@ -72,7 +72,7 @@ def _claim(job: Job, links: Path, scratch: Path) -> Path:
     a second job of the solution, in any process, wait for the first (whose build it then
     takes from the cache); one that waits longer than the build limit uses `scratch` itself."""
     cache = job.settings.places.build_dir
-    link = links / _cache_folder(job).relative_to(cache)
+    link = links / cache_folder(job).relative_to(cache)
     link.parent.mkdir(parents=True, exist_ok=True)
     lock = os.open(link.with_name(f"{link.name}.lock"), os.O_CREAT | os.O_RDWR | os.O_CLOEXEC)
     deadline = time.monotonic() + job.settings.limits.build_s
@@ -101,7 +101,7 @@ def finish(job: Job, scratch: Path, judged: Judged) -> Judged:
     except OSError as err:  # the harness's folder, not the solution: no verdict on it
         why = err.strerror or str(err)
         judged = harness_failure(f"cannot write the worker's log {job.log_path}: {why}")
-    build, cached = scratch / "build", _cache_folder(job)
+    build, cached = scratch / "build", cache_folder(job)
     made = _modules(build) if job.task not in REFERENCE_TASKS and build.is_dir() else {}
     if made and (made != _recorded(cached) or not _intact(cached)):
         publish(build, cached)
@@ -171,7 +171,9 @@ def publish(build: Path, folder: Path) -> None:
     shutil.rmtree(old, ignore_errors=True)
 
 
-def _cache_folder(job: Job) -> Path:
+def cache_folder(job: Job) -> Path:
+    """The job's folder in the build cache (harness.toolchain.build_folder): its solution's
+    own, named by its sources and toolchain."""
     settings = job.settings
     solution = Path(job.solution)
     return build_folder(
