@@ -14,10 +14,10 @@
 #   bash scripts/gpu_session.sh multilabel-14   multilabel_margin with 14 CUDA solutions, cold
 #   bash scripts/gpu_session.sh rows-alone   after throughput: ROWS (6) of its cached sweep's
 #                     solutions each run alone, and --compare against the sweep's rows
-#   bash scripts/gpu_session.sh sandbox-cost   issue 26: the shipped solutions of
-#                     SANDBOX_PROBLEMS (multilabel_margin smooth_l1), built first on each side,
-#                     run with the sandbox off, then auto (ROUNDS times, default 1): seconds,
-#                     and --compare
+#   bash scripts/gpu_session.sh sandbox-cost   issue 26: every shipped solution built on each
+#                     side, the attack fixtures with `auto`, then the shipped solutions of
+#                     SANDBOX_PROBLEMS (default all, as time allows) run with the sandbox off,
+#                     then auto: seconds, --compare, and both runs' records
 # On a machine with two GPUs (issue 27, docs/scale.md), a call each:
 #   GPUS=0 bash scripts/gpu_session.sh scaling     the level-1-sized suite (COUNT, default 100,
 #   GPUS=all bash scripts/gpu_session.sh scaling   seed 2) swept cold on GPU 0, then on both
@@ -141,29 +141,32 @@ elif [ "$part" = rows-alone ]; then
   done
   step rows-compare 30 $python run.py --compare "$warm/results-cached/$gpu" "$solo/$gpu"
 elif [ "$part" = sandbox-cost ]; then
-  read -ra problems <<<"${SANDBOX_PROBLEMS:-multilabel_margin smooth_l1}"
-  # Each side builds first, in a build cache of its own: one cache shared by both would be
-  # rebuilt by every run (a build made in the sandbox names another folder than one made
-  # without it, docs/anticheat.md), and the rows would time the rebuilds.
-  for problem in "${problems[@]}"; do
-    for mode in off auto; do
-      step "build-$mode-$problem" 200 $python run.py --problem "$problem" --build-only \
-        --sandbox "$mode" --build-jobs "$(nproc)" --build-dir "$state/sandbox-builds-$mode"
-    done
+  read -ra problems <<<"${SANDBOX_PROBLEMS:-multilabel_margin softmax sum_reduce matmul conv1d lltm smooth_l1}"
+  # Each side builds first, in a build cache of its own (one cache shared by both would be
+  # rebuilt by every run: a build made in the sandbox names another folder than one made
+  # without it, docs/anticheat.md); both sides build at once, then the attack fixtures run with
+  # `auto` on the GPU, then each problem is run without the sandbox and with it, one after the
+  # other, while the call has time for both (about 60 s a problem).
+  for mode in off auto; do
+    $python run.py --all --build-only --sandbox "$mode" --build-jobs $(($(nproc) / 2)) \
+      --build-dir "$state/sandbox-builds-$mode" >"$out/build-$mode.txt" 2>&1 &
   done
-  for round in $(seq "${ROUNDS:-1}"); do
+  wait && echo "sandbox builds done at $SECONDS s" | tee -a "$out/summary.txt"
+  step sandbox-attacks 150 $python -m pytest tests/test_sandbox.py -m gpu -q -rs
+  for problem in "${problems[@]}"; do
+    [ $((budget - SECONDS)) -gt 150 ] || { echo "no time for $problem" | tee -a "$out/summary.txt"; continue; }
     for mode in off auto; do
-      for problem in "${problems[@]}"; do
-        start=$(date +%s.%N)
-        step "sandbox-$mode-$problem-$round" 150 $python run.py --problem "$problem" \
-          --sandbox "$mode" --build-dir "$state/sandbox-builds-$mode" \
-          --results-dir "$state/sandbox-$mode" >/dev/null
-        echo "sandbox $mode $problem round $round: $(awk "BEGIN {print $(date +%s.%N) - $start}") s" |
-          tee -a "$out/summary.txt"
-      done
+      start=$(date +%s.%N)
+      step "sandbox-$mode-$problem" 150 $python run.py --problem "$problem" \
+        --sandbox "$mode" --build-dir "$state/sandbox-builds-$mode" \
+        --results-dir "$state/sandbox-$mode" >/dev/null
+      echo "sandbox $mode $problem: $(awk "BEGIN {print $(date +%s.%N) - $start}") s" |
+        tee -a "$out/summary.txt"
     done
   done
   step sandbox-compare 30 $python run.py --compare "$state/sandbox-off/$gpu" "$state/sandbox-auto/$gpu"
+  cp "$state/sandbox-auto/$gpu/runs.jsonl" "$out/sandbox-auto-runs.jsonl"
+  cp "$state/sandbox-off/$gpu/runs.jsonl" "$out/sandbox-off-runs.jsonl"
 elif [ "$part" = multilabel-14 ]; then
   copies=$state/multilabel && mkdir -p "$copies" && cp solutions/multilabel_margin/*.py "$copies/"
   for n in 1 2 3 4 5 6 7 8 9 10; do  # 10 more CUDA solutions: the shipped ones, built apart
