@@ -17,13 +17,13 @@ import dataclasses
 import functools
 import types
 import typing
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any, TypeVar
 
 T = TypeVar("T")
 OMIT = "omitted_when"  # field metadata: the value that leaves the field out of the JSON
-_SKIP = object()  # a value that gives the field its default
+_UNIONS = (typing.Union, types.UnionType)
 
 
 def omitted_when(value: Any = None) -> dict[str, Any]:
@@ -60,20 +60,21 @@ def decode(cls: type[T], data: Mapping[str, Any]) -> T:
     upgraded = getattr(cls, "upgraded", None)
     if upgraded is not None:
         data = upgraded(data)
-    field_types = hints(cls)  # type: ignore[arg-type]
     values = {}
-    for f in dataclasses.fields(cls):  # type: ignore[arg-type]
-        if f.name in data:
-            value = _value(field_types[f.name], data[f.name], f)
-            if value is not _SKIP:
-                values[f.name] = value
+    for name, read, defaulted in _plan(cls):  # type: ignore[arg-type]
+        if name not in data:
+            continue
+        raw = data[name]
+        if raw is not None:
+            values[name] = read(raw)
+        elif not defaulted:
+            values[name] = None
     return cls(**values)
 
 
 def decode_value(hint: Any, raw: Any) -> Any:
     """`raw` read as a value of type `hint` (a field's annotation), as `decode` reads fields."""
-    value = _value(hint, raw)
-    return None if value is _SKIP else value
+    return None if raw is None else _reader(hint)(raw)
 
 
 @functools.cache
@@ -82,29 +83,53 @@ def hints(cls: type) -> dict[str, Any]:
     return typing.get_type_hints(cls)
 
 
-def _value(hint: Any, raw: Any, field: dataclasses.Field[Any] | None = None) -> Any:
-    origin, args = typing.get_origin(hint), typing.get_args(hint)
-    if origin in (typing.Union, types.UnionType):
-        if raw is None and type(None) in args:
-            return None
-        choices = [a for a in args if a is not type(None)]
-        return _value(choices[0], raw, field) if len(choices) == 1 else raw
-    if raw is None:
-        has_default = field is not None and (
-            field.default is not dataclasses.MISSING
-            or field.default_factory is not dataclasses.MISSING
+@functools.cache
+def _plan(cls: type) -> list[tuple[str, Callable[[Any], Any], bool]]:
+    """How `decode` reads each field of `cls`: its name, its reader, and whether a null gives
+    the field its default (a field with one, not typed as a union)."""
+    field_types = hints(cls)
+    plan = []
+    for f in dataclasses.fields(cls):
+        hint = field_types[f.name]
+        has_default = (
+            f.default is not dataclasses.MISSING or f.default_factory is not dataclasses.MISSING
         )
-        return _SKIP if has_default else None
-    if origin is tuple:
-        if len(args) == 2 and args[1] is Ellipsis:
-            return tuple(_value(args[0], item) for item in raw)
-        return tuple(_value(a, item) for a, item in zip(args, raw, strict=True))
-    if origin is list:
-        return [_value(args[0], item) for item in raw]
-    if origin is dict:
-        return {key: _value(args[1], item) for key, item in raw.items()}
-    if isinstance(hint, type) and dataclasses.is_dataclass(hint):
-        return decode(hint, raw)
-    if hint is Path:
-        return Path(raw)
+        union = typing.get_origin(hint) in _UNIONS
+        plan.append((f.name, _reader(hint), has_default and not union))
+    return plan
+
+
+def _same(raw: Any) -> Any:
     return raw
+
+
+def _nullable(read: Callable[[Any], Any]) -> Callable[[Any], Any]:
+    """`read`, with a null read as None."""
+    return read if read is _same else (lambda raw: None if raw is None else read(raw))
+
+
+@functools.cache
+def _reader(hint: Any) -> Callable[[Any], Any]:
+    """How a JSON value (not null) is read as `hint`, made once per type: the scalars and the
+    tuples of them (a record's samples) are read as they come, without a call per item."""
+    origin, args = typing.get_origin(hint), typing.get_args(hint)
+    if origin in _UNIONS:
+        choices = [a for a in args if a is not type(None)]
+        return _nullable(_reader(choices[0])) if len(choices) == 1 else _same
+    if origin is tuple and len(args) == 2 and args[1] is Ellipsis:
+        item = _nullable(_reader(args[0]))
+        return tuple if item is _same else (lambda raw: tuple(item(x) for x in raw))
+    if origin is tuple:
+        items = [_nullable(_reader(a)) for a in args]
+        return lambda raw: tuple(read(x) for read, x in zip(items, raw, strict=True))
+    if origin is list:
+        item = _nullable(_reader(args[0]))
+        return list if item is _same else (lambda raw: [item(x) for x in raw])
+    if origin is dict:
+        value = _nullable(_reader(args[1]))
+        return lambda raw: {key: value(item) for key, item in raw.items()}
+    if isinstance(hint, type) and dataclasses.is_dataclass(hint):
+        return functools.partial(decode, hint)
+    if hint is Path:
+        return Path
+    return _same

@@ -19,6 +19,7 @@ import pytest
 from harness import sandbox as sandbox_policy
 from harness.errors import UserError
 from harness.measure.worker import Job
+from harness.run import pool as local
 from harness.run import raypool, staging
 from harness.run import sandboxing as sandbox
 from harness.settings import Limits, Places, Settings
@@ -60,7 +61,7 @@ def test_a_policy_travels_whole_through_the_environment() -> None:
 
 
 def test_a_cached_build_is_staged_only_while_its_modules_match_their_record(
-    tmp_path: Path,
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     settings = Settings(places=Places(tmp_path / "r", tmp_path / "builds", tmp_path / "l"))
     job = Job("toy", str(TOY / "reference.py"), toy_solution("good"), "", "hash", settings)
@@ -68,7 +69,12 @@ def test_a_cached_build_is_staged_only_while_its_modules_match_their_record(
     built.mkdir(parents=True)
     (built / "ext.so").write_bytes(b"module")
     cache = staging.cache_folder(job)
+    pool = local.LocalPool(["cpu"], 1)
+    assert not pool.built(job)  # nothing in the cache: its build job builds it
     staging.publish(built.parent, cache)
+    assert not pool.built(job)  # without the sandbox the cache keeps no digests
+    monkeypatch.setattr(sandbox, "active", object())
+    assert pool.built(job)  # whole: its judge loads it, no build job is needed
     assert json.loads((cache / staging.MANIFEST).read_text()) == staging._modules(cache)
     links = tmp_path / "links"
     scratch = tmp_path / "w1"
@@ -83,6 +89,9 @@ def test_a_cached_build_is_staged_only_while_its_modules_match_their_record(
     scratch.mkdir()
     staging.stage(job, scratch, links)
     assert not (scratch / "build" / "ext").exists()  # not loaded: it builds afresh
+    assert not pool.built(job)  # and it gets a build job
+    monkeypatch.setattr(sandbox, "active", None)
+    pool.close()
 
 
 @needs_sandbox

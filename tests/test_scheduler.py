@@ -68,11 +68,15 @@ class FakePool:
         judged: dict[str, Judged] | None = None,
         delays: dict[str, float] | None = None,
         meet: bool = False,
+        cached: tuple[str, ...] = (),
     ) -> None:
         barrier = threading.Barrier(slots) if meet else None
         self.slots = [FakeSlot(f"cuda:{i}", judged or {}, barrier) for i in range(slots)]
-        self.builds, self.delays = builds or {}, delays or {}
+        self.builds, self.delays, self.cached = builds or {}, delays or {}, cached
         self.started: list[str] = []
+
+    def built(self, job: Job) -> bool:
+        return Path(job.solution).stem in self.cached
 
     def build(self, job: Job, folders: list[Path], on_event: Any) -> Future[Judged]:
         stem = Path(job.solution).stem
@@ -130,6 +134,18 @@ def test_a_plain_solution_gets_no_build_job_and_is_judged(
     assert [(unit.solution.name, built.detail) for unit, built in nothing] == [
         ("good.py", "nothing to build")
     ]
+
+
+def test_a_build_whole_in_the_cache_gets_no_build_job_but_build_only_loads_it(
+    tmp_path: Path,
+) -> None:
+    pool = FakePool(cached=("good",))
+    Scheduler(session_on(tmp_path), pool, Report()).run(toy_work("good", "raises"))
+    assert pool.started == ["raises"]  # a build job would only have loaded good's
+    assert pool.judged() == ["good", "raises"]
+    again = FakePool(cached=("good",))
+    Scheduler(session_on(tmp_path / "b"), again, Report()).build(toy_work("good", "raises"))
+    assert again.started == ["good", "raises"]  # --build-only says each build is there
 
 
 def test_a_compile_error_stands_without_a_judge_and_order_is_kept(tmp_path: Path) -> None:

@@ -123,6 +123,10 @@ def test_a_killed_sweep_resumed_ends_as_one_that_was_not(suite: Path) -> None:
     assert again.returncode == run.EXIT_FAILED, again.stderr[-2000:]
     assert f"--resume: {before} solution(s) already recorded" in again.stderr
     assert verdicts(suite / "cut") == expected  # each once, as the whole sweep judged it
+    for problem, solutions in SUITE.items():  # a sweep's tables are made at its end
+        for folder in ("whole", "cut"):
+            table = (suite / folder / "cpu" / f"{problem}.md").read_text()
+            assert all(f"| {name} " in table for name in solutions), (folder, problem)
     assert "fast_0" in again.stdout and "problems/hour" in again.stdout
 
 

@@ -22,6 +22,14 @@ def render_problem(folder: Path, problem: str) -> list[Path]:
         return _problem(folder, problem, record.read(folder))
 
 
+def render_problems(folder: Path, problems: list[str]) -> list[Path]:
+    """`render_problem` for each of `problems`, reading the run log once (a sweep's tables,
+    made at its end: one read per problem would grow with the log, quadratic in a sweep)."""
+    with files.locked(folder):
+        records = record.read(folder)
+        return [path for problem in problems for path in _problem(folder, problem, records)]
+
+
 def render_summary(folder: Path) -> Path:
     """The summary across the folder's problems; returns its path."""
     with files.locked(folder):

@@ -23,7 +23,7 @@ from harness.measure.events import Event, OnEvent
 from harness.measure.judged import Judged
 from harness.measure.worker import Job
 from harness.record import Machine
-from harness.run import isolate, machine, plants, sandboxing
+from harness.run import isolate, machine, plants, sandboxing, staging
 from harness.settings import REPO
 
 COMPILES_PER_BUILD = "2"  # MAX_JOBS: the compile steps one build runs at once (ninja -j)
@@ -140,6 +140,12 @@ class LocalPool:
     def build(self, job: Job, folders: list[Path], on_event: OnEvent) -> Future[Judged]:
         """Start the build job of a solution (task "build"); its result when it is done."""
         return self._builder.submit(execute, job, folders, on_event)
+
+    def built(self, job: Job) -> bool:
+        """Whether the solution's build is whole in the cache, so that a build job would only
+        load it (a worker's start, seconds): known in the sandbox, where the harness publishes
+        each build with its modules' digests and stages it for the judge (staging.intact)."""
+        return sandboxing.active is not None and staging.intact(staging.cache_folder(job))
 
     def close(self) -> None:
         """Drop the builds not started (the running ones end with their workers), and the

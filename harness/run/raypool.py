@@ -198,6 +198,10 @@ class RayPool:
         """The machine of the first slot (every slot's GPU is of the same model)."""
         return self.slots[0].machine
 
+    def built(self, job: Job) -> bool:
+        """Never: a judge gets its build from the build task, packed (harness.run.shipping)."""
+        return False
+
     def build(self, job: Job, folders: list[Path], on_event: OnEvent) -> Future[Judged]:
         """Start the build job of a solution (task "build") as a Ray task; its result when it is
         done. Its packed build folder is kept for the solution's judge."""

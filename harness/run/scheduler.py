@@ -60,6 +60,8 @@ class Pool(Protocol):
 
     def build(self, job: Job, folders: list[Path], on_event: OnEvent) -> Future[Judged]: ...
 
+    def built(self, job: Job) -> bool: ...
+
 
 class Stopped(Exception):
     """Raised inside a worker's watch when the run stops (Ctrl-C, a harness failure)."""
@@ -113,6 +115,9 @@ class Scheduler:
         self.left: dict[str, int] = {}  # each problem's units not yet recorded
         self.units: list[Unit] = []
         self.baseline_locks: dict[str, threading.Lock] = {}
+        self.rendered: set[str] = set()  # problems whose tables this run has made
+        self.resumed: set[str] = set()  # problems with records skipped under --resume
+        self.building_only = False  # --build-only; else a build whole in the cache is not run
 
     def run(self, work: Work) -> Outcome:
         """Judge every solution of `work`; each problem's records (in its solutions' order,
@@ -129,6 +134,7 @@ class Scheduler:
                     continue
                 builds += self._queue(source, solution, (index, len(solutions)), content)
         self.report.begin(len(self.units), len(skipped))
+        self.resumed = {name for name, _ in skipped}  # their tables are made again at the end
         try:
             self._judge_all(work, builds)
         finally:
@@ -138,6 +144,7 @@ class Scheduler:
     def build(self, work: Work) -> list[tuple[Unit, Judged | None]]:
         """--build-only: every solution's build job, as many at once as the pool allows, and
         nothing else (no judge, no record); each unit with its build's result."""
+        self.building_only = True  # a cached build is loaded, to say it is there
         builds: list[Future[Judged]] = []
         for source, solutions in work:
             for index, solution in enumerate(solutions, start=1):
@@ -166,7 +173,8 @@ class Scheduler:
         """Queue `unit`'s build, or the unit itself where it needs no worker."""
         self.left[unit.source.name] = self.left.get(unit.source.name, 0) + 1
         unit.result = self.session.shortcut(unit.solution, unit.job.content_hash)
-        if unit.result is not None or not builds_at_import(unit.solution):
+        cached = not self.building_only and self.pool.built(unit.job)
+        if unit.result is not None or cached or not builds_at_import(unit.solution):
             self._ready(unit)  # judged without a build job, or not at all
             return []
         job = replace(unit.job, task="build")  # its log is the judge's, which appends to it
@@ -304,10 +312,17 @@ class Scheduler:
         self.report.judged(unit, ran, again)
 
     def _count_done(self, unit: Unit) -> None:
+        """One unit fewer left; in order, a problem's tables are made as its last unit is
+        recorded, and in a sweep all at its end (`_close`), the run log read once."""
         name = unit.source.name
         self.left[name] -= 1
-        if not self.left[name] and any(u.ran for u in self.units if u.source.name == name):
-            self.session.render(name)
+        if (
+            self.in_order
+            and not self.left[name]
+            and any(u.ran for u in self.units if u.source.name == name)
+        ):
+            self.session.render([name])
+            self.rendered.add(name)
 
     def _baselines(self, unit: Unit, problem: Problem, slot: Slot) -> list[Baseline]:
         """The problem's torch.compile baselines, timed once, on the first slot that needs them."""
@@ -344,15 +359,13 @@ class Scheduler:
         self.stop.set()
 
     def _close(self) -> None:
-        """Stop what still runs; re-render every table that gained a row (also on Ctrl-C)."""
+        """Stop what still runs; re-render every table that gained a row and was not rendered
+        yet (also on Ctrl-C)."""
         self.stop.set()
         self.report.close()
         with self.lock:
-            touched = {u.source.name for u in self.units if u.ran} - {
-                name for name, left in self.left.items() if not left
-            }
-            for name in sorted(touched):
-                self.session.render(name)
+            touched = {u.source.name for u in self.units if u.ran} | self.resumed
+            self.session.render(sorted(touched - self.rendered))
 
     def _outcome(self, work: Work, skipped: dict[tuple[str, Path], RunRecord]) -> Outcome:
         ran = {(u.source.name, u.solution): u.ran for u in self.units}

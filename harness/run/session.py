@@ -153,10 +153,10 @@ class Session:
         if self.recording:
             self._writing(record.append, self.folder, ran)
 
-    def render(self, problem: str) -> None:
-        """Re-render the problem's tables from the run log."""
-        if self.recording:
-            self._writing(rendering.render_problem, self.folder, problem)
+    def render(self, problems: list[str]) -> None:
+        """Re-render the problems' tables from the run log."""
+        if self.recording and problems:
+            self._writing(rendering.render_problems, self.folder, problems)
 
     def _writing(self, write: Any, *args: Any) -> Any:
         """`write(*args)`, a write under the results folder; the folder failing is the

@@ -54,7 +54,7 @@ def stage(job: Job, scratch: Path, links: Path) -> Job:
     build = scratch / "build"
     name = _claim(job, links, scratch)  # first: a build of it under way is published meanwhile
     cached = cache_folder(job)
-    if _intact(cached):
+    if intact(cached):
         shutil.copytree(cached, build, symlinks=True, dirs_exist_ok=True)
     build.mkdir(exist_ok=True)
     return dataclasses.replace(
@@ -103,7 +103,7 @@ def finish(job: Job, scratch: Path, judged: Judged) -> Judged:
         judged = harness_failure(f"cannot write the worker's log {job.log_path}: {why}")
     build, cached = scratch / "build", cache_folder(job)
     made = _modules(build) if job.task not in REFERENCE_TASKS and build.is_dir() else {}
-    if made and (made != _recorded(cached) or not _intact(cached)):
+    if made and (made != _recorded(cached) or not intact(cached)):
         publish(build, cached)
     met = violations(scratch, judged)
     shutil.rmtree(scratch, ignore_errors=True)
@@ -197,7 +197,7 @@ def _recorded(folder: Path) -> dict[str, str] | None:
         return None
 
 
-def _intact(folder: Path) -> bool:
+def intact(folder: Path) -> bool:
     """Whether `folder` is a published build whose modules all match its manifest."""
     recorded = _recorded(folder)
     return bool(recorded) and recorded == _modules(folder)
