@@ -17,7 +17,8 @@
 #   bash scripts/gpu_session.sh sandbox-cost   issue 26: every shipped solution built on each
 #                     side, the attack fixtures with `auto`, then the shipped solutions of
 #                     SANDBOX_PROBLEMS (default all, as time allows) run with the sandbox off,
-#                     then auto: seconds, --compare, and both runs' records
+#                     then auto, ROUNDS times (default 1): seconds, --compare of each round
+#                     (and, with two, of each side against itself), and the first records
 # On a machine with two GPUs (issue 27, docs/scale.md), a call each:
 #   GPUS=0 bash scripts/gpu_session.sh scaling     the level-1-sized suite (COUNT, default 100,
 #   GPUS=all bash scripts/gpu_session.sh scaling   seed 2) swept cold on GPU 0, then on both
@@ -145,28 +146,36 @@ elif [ "$part" = sandbox-cost ]; then
   # Each side builds first, in a build cache of its own (one cache shared by both would be
   # rebuilt by every run: a build made in the sandbox names another folder than one made
   # without it, docs/anticheat.md); both sides build at once, then the attack fixtures run with
-  # `auto` on the GPU, then each problem is run without the sandbox and with it, one after the
-  # other, while the call has time for both (about 60 s a problem).
+  # `auto` on the GPU (ATTACKS=0 skips them), then each problem is run without the sandbox and
+  # with it, one after the other, while the call has time (45-145 s a problem and round).
   for mode in off auto; do
     $python run.py --all --build-only --sandbox "$mode" --build-jobs $(($(nproc) / 2)) \
       --build-dir "$state/sandbox-builds-$mode" >"$out/build-$mode.txt" 2>&1 &
   done
   wait && echo "sandbox builds done at $SECONDS s" | tee -a "$out/summary.txt"
-  step sandbox-attacks 150 $python -m pytest tests/test_sandbox.py -m gpu -q -rs
+  [ "${ATTACKS:-1}" = 0 ] || step sandbox-attacks 150 $python -m pytest tests/test_sandbox.py -m gpu -q -rs
+  rounds=${ROUNDS:-1}
   for problem in "${problems[@]}"; do
-    [ $((budget - SECONDS)) -gt 150 ] || { echo "no time for $problem" | tee -a "$out/summary.txt"; continue; }
-    for mode in off auto; do
-      start=$(date +%s.%N)
-      step "sandbox-$mode-$problem" 150 $python run.py --problem "$problem" \
-        --sandbox "$mode" --build-dir "$state/sandbox-builds-$mode" \
-        --results-dir "$state/sandbox-$mode" >/dev/null
-      echo "sandbox $mode $problem: $(awk "BEGIN {print $(date +%s.%N) - $start}") s" |
-        tee -a "$out/summary.txt"
+    [ $((budget - SECONDS)) -gt $((75 * rounds)) ] || { echo "no time for $problem" | tee -a "$out/summary.txt"; continue; }
+    for round in $(seq "$rounds"); do
+      for mode in off auto; do
+        start=$(date +%s.%N)
+        step "sandbox-$mode-$problem-$round" 150 $python run.py --problem "$problem" \
+          --sandbox "$mode" --build-dir "$state/sandbox-builds-$mode" \
+          --results-dir "$state/sandbox-$mode-$round" >/dev/null
+        echo "sandbox $mode $problem round $round: $(awk "BEGIN {print $(date +%s.%N) - $start}") s" |
+          tee -a "$out/summary.txt"
+      done
     done
   done
-  step sandbox-compare 30 $python run.py --compare "$state/sandbox-off/$gpu" "$state/sandbox-auto/$gpu"
-  cp "$state/sandbox-auto/$gpu/runs.jsonl" "$out/sandbox-auto-runs.jsonl"
-  cp "$state/sandbox-off/$gpu/runs.jsonl" "$out/sandbox-off-runs.jsonl"
+  # Without and with the sandbox, each round; with two rounds, each side against itself too
+  # (the same code in two processes: how far rows move with no change at all).
+  pairs="off-1:auto-1" && [ "$rounds" -lt 2 ] || pairs="$pairs off-2:auto-2 off-1:off-2 auto-1:auto-2"
+  for pair in $pairs; do
+    step "compare-${pair/:/-vs-}" 30 $python run.py --compare "$state/sandbox-${pair%%:*}/$gpu" \
+      "$state/sandbox-${pair##*:}/$gpu"
+  done
+  for side in off-1 auto-1; do cp "$state/sandbox-$side/$gpu/runs.jsonl" "$out/$side-runs.jsonl"; done
 elif [ "$part" = multilabel-14 ]; then
   copies=$state/multilabel && mkdir -p "$copies" && cp solutions/multilabel_margin/*.py "$copies/"
   for n in 1 2 3 4 5 6 7 8 9 10; do  # 10 more CUDA solutions: the shipped ones, built apart
