@@ -46,9 +46,11 @@ class FakeSlot:
         self.name, self.verdicts, self.meet = name, verdicts, meet
         self.judged: list[str] = []
         self.more: list[int] = []  # how many jobs each job was told may follow
+        self.began: list[float] = []  # when each job began
 
     def run(self, job: Job, folders: list[Path], on_event: Any, more: int = 1) -> Judged:
         self.more.append(more)
+        self.began.append(time.monotonic())
         if self.meet is not None and not self.judged:  # the first jobs of all slots at once
             self.meet.wait(timeout=20)
         on_event(Tick("time"))
@@ -69,10 +71,13 @@ class FakePool:
         delays: dict[str, float] | None = None,
         meet: bool = False,
         cached: tuple[str, ...] = (),
+        holds_builds: bool = False,
     ) -> None:
         barrier = threading.Barrier(slots) if meet else None
         self.slots = [FakeSlot(f"cuda:{i}", judged or {}, barrier) for i in range(slots)]
         self.builds, self.delays, self.cached = builds or {}, delays or {}, cached
+        self.holds_builds = holds_builds
+        self.built_at: dict[str, float] = {}  # when each build ended
         self.started: list[str] = []
 
     def built(self, job: Job) -> bool:
@@ -86,6 +91,7 @@ class FakePool:
 
         def finish() -> None:
             time.sleep(self.delays.get(stem, 0.0))
+            self.built_at[stem] = time.monotonic()
             future.set_result(result)
 
         threading.Thread(target=finish, daemon=True).start()
@@ -146,6 +152,16 @@ def test_a_build_whole_in_the_cache_gets_no_build_job_but_build_only_loads_it(
     again = FakePool(cached=("good",))
     Scheduler(session_on(tmp_path / "b"), again, Report()).build(toy_work("good", "raises"))
     assert again.started == ["good", "raises"]  # --build-only says each build is there
+
+
+@pytest.mark.parametrize("holds", [False, True])
+def test_a_timed_run_judges_during_its_builds_only_where_the_pool_holds_them(
+    tmp_path: Path, holds: bool
+) -> None:
+    pool = FakePool(delays={"raises": 1.0}, holds_builds=holds)
+    Scheduler(session_on(tmp_path), pool, Report()).run(toy_work("good", "raises"))
+    first_judged, last_built = pool.slots[0].began[0], pool.built_at["raises"]
+    assert (first_judged < last_built) == holds  # else the timing would share the host
 
 
 def test_a_compile_error_stands_without_a_judge_and_order_is_kept(tmp_path: Path) -> None:

@@ -153,13 +153,16 @@ def ask(cxx: str, flags: list[str], header: Path, gch: Path) -> bool:
     return True
 
 
-def answer(scratch: Path, cache_root: Path, trusted: list[Path] | None = None) -> None:
+def answer(
+    scratch: Path, cache_root: Path, trusted: list[Path] | None = None
+) -> subprocess.Popen[bytes] | None:
     """Outside the sandbox, as the harness watches a worker: make the header its build asked
-    for (`ask`), in a process of its own, or say in its scratch folder why not. `trusted`: the
-    folders its include flags may name (PyTorch's, CUDA's, Python's and the system's)."""
+    for (`ask`), in a process of its own (returned, when this call started it), or say in its
+    scratch folder why not. `trusted`: the folders its include flags may name (PyTorch's,
+    CUDA's, Python's and the system's)."""
     request = scratch / ASKED
     if not request.exists():
-        return
+        return None
     try:
         os.replace(request, scratch / TAKEN)
         asked = json.loads((scratch / TAKEN).read_text())
@@ -168,10 +171,10 @@ def answer(scratch: Path, cache_root: Path, trusted: list[Path] | None = None) -
         made = f"{type(err).__name__}: {err}"
     if isinstance(made, str):
         (scratch / REFUSED).write_text(made)
-        return
+        return None
     gch, command = made
     if str(gch) in _STARTED or gch.is_file():
-        return
+        return None
     _STARTED.add(str(gch))
     _mirror(Path(asked["header"]), gch.parent.parent / HEADER)  # <key>/torch/extension.h
     child = subprocess.Popen(  # its own session: it finishes even if this run ends first
@@ -181,6 +184,7 @@ def answer(scratch: Path, cache_root: Path, trusted: list[Path] | None = None) -
         start_new_session=True,
     )
     threading.Thread(target=child.wait, daemon=True).start()
+    return child
 
 
 def _command(asked: dict, root: Path, trusted: list[Path]) -> tuple[Path, list[str]] | str:

@@ -43,6 +43,7 @@ from harness.measure.events import (
 from harness.measure.judged import Judged, failure, harness_failure
 from harness.measure.spare import waiting
 from harness.run import sandboxing, staging
+from harness.run.holding import Held
 from harness.settings import Limits
 
 POLL_S = 0.25  # how often the parent looks at the worker
@@ -121,13 +122,15 @@ def run_isolated(
     on_event: Callable[[Event], None],
     spare: Spare | None = None,
     before_timing: Callable[[], None] | None = None,
+    held: Held | None = None,
 ) -> Judged:
     """Run `job` in a spawned worker (`spare`, where one is given and alive); `on_event` sees
     phase, case, build and tick events. The result says where the worker ended, however it
     ended: its last `phase` ("load", "check", "time") and the `case` (or benchmark) of that
     phase it had reached, or None; and the seconds spent in each phase (`phase_s`; in the
     sandbox, "stage" is the harness's copying in and out, harness.run.staging).
-    `before_timing` runs when the worker is about to time, which it does once that returns."""
+    `before_timing` runs when the worker is about to time, which it does once that returns.
+    A build job's worker is in `held` while it runs (stopped while a timing runs)."""
     box = sandboxing.active
     usable = spare is not None and spare.usable()
     if spare is not None and not usable:
@@ -145,13 +148,13 @@ def run_isolated(
         gate.send(staged)
     else:
         process, receiver, gate = _spawned(staged, scratch)
+    if held is not None:
+        held.add(process.pid)
     log = Path(job.log_path) if scratch is None else scratch / "worker.log"
 
     def opened(event: Event) -> None:
         if scratch is not None:
-            with contextlib.suppress(OSError):  # its end says why, where it cannot be written
-                staging.follow(scratch, job)
-                pch.answer(scratch, job.settings.places.build_dir)  # a header its build wants
+            _serve(scratch, job, held)
         if isinstance(event, ReadyToTime):
             if before_timing is not None:
                 before_timing()
@@ -162,6 +165,8 @@ def run_isolated(
     try:
         judged = _watch(process, receiver, job.settings.limits, opened, log)
     finally:
+        if held is not None:
+            held.discard(process.pid)
         if process.is_alive():
             process.kill()
         process.join(JOIN_S)
@@ -170,6 +175,16 @@ def run_isolated(
         if scratch is not None:
             judged = _taken_out(job, process.pid, scratch, judged, staging_s)
     return judged
+
+
+def _serve(scratch: Path, job: worker.Job, held: Held | None) -> None:
+    """What a sandboxed worker's folder asks of the harness as it runs: its log followed, and
+    a precompiled header its build wants made (a compile too: held as the builds are)."""
+    with contextlib.suppress(OSError):  # its end says why, where it cannot be written
+        staging.follow(scratch, job)
+        maker = pch.answer(scratch, job.settings.places.build_dir)
+        if maker is not None and held is not None:
+            held.follow(maker)
 
 
 def _spawned(staged: worker.Job, scratch: Path | None) -> tuple[Any, Any, Any]:

@@ -23,7 +23,8 @@ from harness.measure.events import Event, OnEvent
 from harness.measure.judged import Judged
 from harness.measure.worker import Job
 from harness.record import Machine
-from harness.run import isolate, machine, plants, sandboxing, staging
+from harness.run import holding, isolate, machine, plants, sandboxing, staging
+from harness.run.holding import Held
 from harness.settings import REPO
 
 COMPILES_PER_BUILD = "2"  # MAX_JOBS: the compile steps one build runs at once (ninja -j)
@@ -40,13 +41,14 @@ def execute(
     on_event: OnEvent,
     spare: isolate.Spare | None = None,
     before_timing: Callable[[], None] | None = None,
+    held: Held | None = None,
 ) -> Judged:
     """Run `job` in a worker (`spare`, where given); a module it planted where Python imports
     from (`folders`, and this process's import path) is removed, and rejects it
     (harness.run.plants), however the job ended (also when the run stops it)."""
     watched = plants.ImportPath(folders)
     try:
-        result = isolate.run_isolated(job, on_event, spare, before_timing)
+        result = isolate.run_isolated(job, on_event, spare, before_timing, held)
     finally:
         planted = watched.remove_planted()
     if planted:
@@ -62,9 +64,11 @@ def on_device(job: Job, device: str) -> Job:
 class LocalSlot:
     """One device of this host that judges one job at a time."""
 
-    def __init__(self, device: str) -> None:
+    def __init__(self, device: str, held: Held | None = None) -> None:
         self.device = device
         self.name = device
+        self.held = held  # the pool's builds, stopped while this slot times
+        self._holding = False
         self._described: Machine | None = None
         # On a GPU, the next jobs' workers start while this one runs: their imports then cost
         # the slot nothing. Not on a CPU, where they would share the cores a timing runs on.
@@ -98,6 +102,9 @@ class LocalSlot:
         try:
             result = execute(job, folders, on_event, spare, self._before_timing)
         finally:
+            if self._holding and self.held is not None:
+                self.held.release()
+            self._holding = False
             for waiting in self._ahead:
                 waiting.resume()
         return dataclasses.replace(result, machine=where)
@@ -120,6 +127,9 @@ class LocalSlot:
         paused until the job ends (none is waited for), so that the host and the device are as
         quiet during a timing as with no spares at all."""
         self._timing = True
+        if self.held is not None and not self._holding:
+            self.held.hold()
+            self._holding = True
         for waiting in self._ahead:
             waiting.pause()
 
@@ -132,14 +142,18 @@ class LocalPool:
     """Builds in `build_jobs` worker processes at once; one slot per device in `devices`."""
 
     def __init__(self, devices: list[str], build_jobs: int) -> None:
-        self.slots = [LocalSlot(device) for device in devices]
+        # Builds are stopped while a slot times (harness.run.holding), so that judging need
+        # not wait for them; where they cannot be, a run that times waits for every build.
+        self.held = Held() if holding.can_hold() else None
+        self.holds_builds = self.held is not None
+        self.slots = [LocalSlot(device, self.held) for device in devices]
         self.build_jobs = build_jobs
         os.environ.setdefault("MAX_JOBS", COMPILES_PER_BUILD)  # workers inherit it
         self._builder = ThreadPoolExecutor(build_jobs, thread_name_prefix="build")
 
     def build(self, job: Job, folders: list[Path], on_event: OnEvent) -> Future[Judged]:
         """Start the build job of a solution (task "build"); its result when it is done."""
-        return self._builder.submit(execute, job, folders, on_event)
+        return self._builder.submit(execute, job, folders, on_event, held=self.held)
 
     def built(self, job: Job) -> bool:
         """Whether the solution's build is whole in the cache, so that a build job would only
@@ -153,6 +167,8 @@ class LocalPool:
         self._builder.shutdown(wait=False, cancel_futures=True)
         for slot in self.slots:
             slot.close()
+        if self.held is not None:  # a build stopped as the run stops goes on, and ends
+            self.held.close()
         sandboxing.end()  # the run's, where it had one
 
 

@@ -198,6 +198,8 @@ class RayPool:
         """The machine of the first slot (every slot's GPU is of the same model)."""
         return self.slots[0].machine
 
+    holds_builds = False  # a build task runs on another host: the run waits for builds
+
     def built(self, job: Job) -> bool:
         """Never: a judge gets its build from the build task, packed (harness.run.shipping)."""
         return False

@@ -8,11 +8,12 @@ appended the moment it is made, so an interrupted run keeps everything it finish
 `--resume` skips what is already recorded for the same solution content, toolchain and
 settings (harness.run.resume).
 
-A run that times judges only once every build is done: builds would share the host's cores
-with the timed calls. On a CPU that is the whole call; on a GPU it is the host time that the
-per-call figures and the KernelBench profile's timer include (measured on the H200 on
-2026-12-01: with 16 builds running, a load of 15 on 16 cores, and KernelBench-timer means of
-5-20 us calls at 2-5 times their medians). A check-only run still judges as each is built.
+Builds must not share the host's cores with timed calls: on a CPU those are the whole call; on
+a GPU it is the host time that the per-call figures and the KernelBench profile's timer include
+(measured on the H200 on 2026-12-01: with 16 builds running, a load of 15 on 16 cores, and
+KernelBench-timer means of 5-20 us calls at 2-5 times their medians). So this host's pool stops
+every build's processes while a slot times (harness.run.holding) and judges as each is built;
+a pool that cannot (Ray's, or without /proc) judges a run that times once every build is done.
 """
 
 from __future__ import annotations
@@ -57,6 +58,7 @@ class Slot(Protocol):
 
 class Pool(Protocol):
     slots: list[Any]
+    holds_builds: bool  # builds are stopped while a slot times (harness.run.holding)
 
     def build(self, job: Job, folders: list[Path], on_event: OnEvent) -> Future[Judged]: ...
 
@@ -243,7 +245,7 @@ class Scheduler:
                 self.problems[source.name] = err
         if work:
             self.session.ceiling(work[0][0], self._first_slot(work[0][0]))
-        if not self.session.settings.checking.check_only:
+        if not (self.session.settings.checking.check_only or self.pool.holds_builds):
             self._wait(lambda: all(f.done() for f in builds))
         threads = [
             threading.Thread(target=self._serve, args=(slot,), daemon=True, name=slot.name)
