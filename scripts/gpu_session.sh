@@ -12,8 +12,9 @@
 #                     swept on those builds (cached); a second suite (seed 1, COLD problems,
 #                     default 30) swept cold
 #   bash scripts/gpu_session.sh multilabel-14   multilabel_margin with 14 CUDA solutions, cold
-#   bash scripts/gpu_session.sh rows-alone   after throughput: ROWS (6) of its cached sweep's
-#                     solutions each run alone, and --compare against the sweep's rows
+#   bash scripts/gpu_session.sh rows-alone   after throughput: ROWS (6) of its cold sweep's
+#                     (FROM=cached: the cached one's) solutions each run alone, and --compare
+#                     against the sweep's rows
 #   bash scripts/gpu_session.sh sandbox-cost   issue 26: every shipped solution built on each
 #                     side, the attack fixtures with `auto`, then the shipped solutions of
 #                     SANDBOX_PROBLEMS (default all, as time allows) run with the sandbox off,
@@ -132,15 +133,16 @@ elif [ "$part" = throughput ]; then
   step l1-cold $((budget - SECONDS)) $python scripts/load_test.py "$cold" --label cold \
     --json "$out/l1-cold.json" -- --budget-ms 500 --build-jobs "$(nproc)"
 elif [ "$part" = rows-alone ]; then
-  # After throughput: ROWS (default 6) of the cached sweep's CUDA solutions, each run alone
-  # (a run.py of its own, nothing else on the host), then --compare against the sweep's rows.
-  warm=$state/l1-warm && solo=$state/l1-alone
-  for file in $(ls "$warm"/solutions/*/cuda_ok.py | head -n "${ROWS:-6}"); do
+  # After throughput: ROWS (default 6) of a sweep's CUDA solutions, each run alone (a run.py of
+  # its own, nothing else on the host), then --compare against the sweep's rows. FROM=cold
+  # (default: the sweep whose builds ran beside its judging, stopped while it timed) or cached.
+  from=${FROM:-cold} && suite=$state/l1-${from/cached/warm} && solo=$state/l1-alone-$from
+  for file in $(ls "$suite"/solutions/*/cuda_ok.py | head -n "${ROWS:-6}"); do
     name=$(basename "$(dirname "$file")")
-    step "alone-$name" 60 $python run.py --problem "$warm/problems/$name.py" --solution "$file" \
-      --build-dir "$warm/builds" --results-dir "$solo" --budget-ms 500 >/dev/null
+    step "alone-$name" 60 $python run.py --problem "$suite/problems/$name.py" --solution "$file" \
+      --build-dir "$suite/builds" --results-dir "$solo" --budget-ms 500 >/dev/null
   done
-  step rows-compare 30 $python run.py --compare "$warm/results-cached/$gpu" "$solo/$gpu"
+  step rows-compare 30 $python run.py --compare "$suite/results-$from/$gpu" "$solo/$gpu"
 elif [ "$part" = sandbox-cost ]; then
   read -ra problems <<<"${SANDBOX_PROBLEMS:-multilabel_margin softmax sum_reduce matmul conv1d lltm smooth_l1}"
   # Each side builds first, in a build cache of its own (one cache shared by both would be

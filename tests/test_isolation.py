@@ -186,8 +186,11 @@ class FakeSpare:
         self.closed = True
 
 
+AHEAD = 3
+
+
 def test_a_slots_timing_never_waits_for_a_spare(monkeypatch) -> None:
-    """Spares start ahead of their jobs (pool.SPARES_AHEAD); each warms up once imported, only
+    """Spares start ahead of their jobs (the slot's `ahead`); each warms up once imported, only
     before the current job times; the timing waits for none of them: those still importing or
     warming are paused until the job ends; the last job closes the spares left."""
 
@@ -207,12 +210,12 @@ def test_a_slots_timing_never_waits_for_a_spare(monkeypatch) -> None:
 
     monkeypatch.setattr(pool, "execute", execute)
     monkeypatch.setattr(pool.machine, "loaded", lambda described, device: None)
-    slot = LocalSlot("cuda:0")
+    slot = LocalSlot("cuda:0", ahead=AHEAD)
     slot._described = object()  # type: ignore[assignment]
     job = Job("toy", "r.py", "s.py", "", "x", Settings(device="cuda:0"))
     script[:] = ["event", "tick", "time", "import", "tick"]  # imports end after the gate
     slot.run(job, [], lambda event: None, more=9)
-    assert len(FakeSpare.made) == pool.SPARES_AHEAD
+    assert len(FakeSpare.made) == AHEAD
     # none warmed or waited for; all paused through the timing (made[0] imported only after)
     assert all(spare.told == ["pause", "resume"] for spare in FakeSpare.made)
     FakeSpare.made[1].imported = FakeSpare.made[2].imported = True
@@ -221,11 +224,20 @@ def test_a_slots_timing_never_waits_for_a_spare(monkeypatch) -> None:
     slot.run(job, [], lambda event: None, more=9)  # takes made[0]; made[1] is next, imported
     assert FakeSpare.made[1].told == ["pause", "resume", "warm cuda:0", "pause", "resume"]
     assert FakeSpare.made[2].told == ["pause", "resume"]  # the first job's pause only
-    assert len(FakeSpare.made) == pool.SPARES_AHEAD + 1
+    assert len(FakeSpare.made) == AHEAD + 1
     assert FakeSpare.made[-1].told == ["pause", "resume"]  # started now, not imported
     slot.run(job, [], lambda event: None, more=1)  # one job to follow: one spare kept
-    assert len(FakeSpare.made) == pool.SPARES_AHEAD + 1 and len(slot._ahead) == 1
+    assert len(FakeSpare.made) == AHEAD + 1 and len(slot._ahead) == 1
     assert FakeSpare.made[-1].closed  # the spare no job would use
     slot.run(job, [], lambda event: None, more=0)
-    assert len(FakeSpare.made) == pool.SPARES_AHEAD + 1  # none started for the last job
+    assert len(FakeSpare.made) == AHEAD + 1  # none started for the last job
     assert all(spare.closed for spare in FakeSpare.made[3:]) and not slot._ahead
+
+
+def test_a_slot_keeps_as_many_spares_as_its_gpus_memory_and_its_share_of_cores_allow() -> None:
+    gib = 1 << 30
+    assert pool.spares_ahead(141 * gib, 16, 1) == pool.SPARES_MAX  # the H200 host
+    assert pool.spares_ahead(141 * gib, 16, 2) == 4  # two GPUs share 16 cores
+    assert pool.spares_ahead(40 * gib, 64, 1) == 2  # a 40 GB GPU
+    assert pool.spares_ahead(8 * gib, 64, 1) == 1  # at least one
+    assert pool.spares_ahead(None, None, 1) == 1

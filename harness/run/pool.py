@@ -28,11 +28,14 @@ from harness.run.holding import Held
 from harness.settings import REPO
 
 COMPILES_PER_BUILD = "2"  # MAX_JOBS: the compile steps one build runs at once (ninja -j)
-# Spare workers a GPU slot keeps started ahead of its jobs: a spare's imports and warm-up
-# (harness.measure.spare: 3-5 s on the H200) take longer than a job's check and timing; they go
-# on only while no timing runs (paused during one), several at once, so each has the windows of
-# the jobs before its own
-SPARES_AHEAD = 3
+# Spare workers a GPU slot keeps started ahead of its jobs (`spares_ahead`): a spare's imports
+# and warm-up (harness.measure.spare: 3-5 s on the H200) take longer than a job's check and
+# timing; they go on only while no timing runs (paused during one), several at once, so each
+# has the windows of the jobs before its own. With 3 on the H200 (2026-12-03), a sweep on
+# cached builds judged about 0.3 solutions a second, each job waiting for its worker's start
+# (median 0.84 s): the spares, not the GPU, set the pace.
+SPARES_MAX = 6
+GIB_PER_SPARE = 16  # a warm spare holds a CUDA context (about 0.5 GB): one per 16 GiB at most
 
 
 def execute(
@@ -64,9 +67,14 @@ def on_device(job: Job, device: str) -> Job:
 class LocalSlot:
     """One device of this host that judges one job at a time."""
 
-    def __init__(self, device: str, held: Held | None = None) -> None:
+    def __init__(
+        self, device: str, held: Held | None = None, ahead: int | None = None, sharing: int = 1
+    ) -> None:
+        """`ahead`: the spares it keeps (default `spares_ahead` for its GPU, the host's cores
+        shared by `sharing` slots)."""
         self.device = device
         self.name = device
+        self.ahead, self.sharing = ahead, sharing
         self.held = held  # the pool's builds, stopped while this slot times
         self._holding = False
         self._described: Machine | None = None
@@ -85,12 +93,15 @@ class LocalSlot:
     def run(self, job: Job, folders: list[Path], on_event: OnEvent, more: int = 1) -> Judged:
         """Run `job` on this slot's device; the result carries the machine and its load as the
         job began (`machine`). `more`: how many jobs may follow (not yet taken by any slot),
-        for which spare workers start, SPARES_AHEAD at most; with none, those left are closed."""
+        for which spare workers start, `ahead` at most; with none, those left are closed."""
         where = machine.loaded(self.machine(), torch.device(self.device))
         spare = self._ahead.popleft() if self._ahead else None
         self._timing = False
         if self.spares and more:
-            wanted = min(SPARES_AHEAD, more)
+            if self.ahead is None:
+                memory = self.machine().memory_bytes
+                self.ahead = spares_ahead(memory, os.cpu_count(), self.sharing)
+            wanted = min(self.ahead, more)
             while len(self._ahead) > wanted:  # more than the jobs left could use
                 self._ahead.pop().close()
             while len(self._ahead) < wanted:
@@ -146,7 +157,7 @@ class LocalPool:
         # not wait for them; where they cannot be, a run that times waits for every build.
         self.held = Held() if holding.can_hold() else None
         self.holds_builds = self.held is not None
-        self.slots = [LocalSlot(device, self.held) for device in devices]
+        self.slots = [LocalSlot(device, self.held, sharing=len(devices)) for device in devices]
         self.build_jobs = build_jobs
         os.environ.setdefault("MAX_JOBS", COMPILES_PER_BUILD)  # workers inherit it
         self._builder = ThreadPoolExecutor(build_jobs, thread_name_prefix="build")
@@ -170,6 +181,15 @@ class LocalPool:
         if self.held is not None:  # a build stopped as the run stops goes on, and ends
             self.held.close()
         sandboxing.end()  # the run's, where it had one
+
+
+def spares_ahead(memory_bytes: int | None, cores: int | None, slots: int) -> int:
+    """The spare workers a GPU slot keeps: SPARES_MAX at most, one per GIB_PER_SPARE of its
+    GPU's memory (each warm one holds a context there), one per two of the host's cores that
+    are its share (`slots` share them), and at least one."""
+    by_memory = (memory_bytes or 0) // (GIB_PER_SPARE << 30)
+    by_cores = (cores or 2) // (2 * max(1, slots))
+    return max(1, min(SPARES_MAX, by_memory, by_cores))
 
 
 def build_jobs(requested: int | None) -> int:
