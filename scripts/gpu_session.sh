@@ -15,8 +15,9 @@
 #   bash scripts/gpu_session.sh rows-alone   after throughput: ROWS (6) of its cold sweep's
 #                     (FROM=cached: the cached one's) solutions each run alone, and --compare
 #                     against the sweep's rows
-#   bash scripts/gpu_session.sh sandbox-cost   issue 26: every shipped solution built on each
-#                     side, the attack fixtures with `auto`, then the shipped solutions of
+#   bash scripts/gpu_session.sh sandbox-cost   issue 26: every shipped solution (those of
+#                     SANDBOX_PROBLEMS, where given) built on each side, the attack fixtures
+#                     with `auto` (ATTACKS=0: not), then the shipped solutions of
 #                     SANDBOX_PROBLEMS (default all, as time allows) run with the sandbox off,
 #                     then auto, ROUNDS times (default 1): seconds, --compare of each round
 #                     (and, with two, of each side against itself), and the first records
@@ -150,9 +151,14 @@ elif [ "$part" = sandbox-cost ]; then
   # without it, docs/anticheat.md); both sides build at once, then the attack fixtures run with
   # `auto` on the GPU (ATTACKS=0 skips them), then each problem is run without the sandbox and
   # with it, one after the other, while the call has time (45-145 s a problem and round).
+  which=(--all) && [ -z "${SANDBOX_PROBLEMS:-}" ] || which=()  # else each problem's own
   for mode in off auto; do
-    $python run.py --all --build-only --sandbox "$mode" --build-jobs $(($(nproc) / 2)) \
-      --build-dir "$state/sandbox-builds-$mode" >"$out/build-$mode.txt" 2>&1 &
+    for problem in "${which[@]:-${problems[@]}}"; do
+      [ "$problem" = --all ] || problem="--problem $problem"
+      # shellcheck disable=SC2086  # "--problem NAME" is two words
+      $python run.py $problem --build-only --sandbox "$mode" --build-jobs $(($(nproc) / 2)) \
+        --build-dir "$state/sandbox-builds-$mode" >>"$out/build-$mode.txt" 2>&1
+    done &
   done
   wait && echo "sandbox builds done at $SECONDS s" | tee -a "$out/summary.txt"
   [ "${ATTACKS:-1}" = 0 ] || step sandbox-attacks 150 $python -m pytest tests/test_sandbox.py -m gpu -q -rs
