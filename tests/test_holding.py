@@ -52,7 +52,11 @@ def build_tree() -> tuple[subprocess.Popen[str], list[int]]:
     )
     assert worker.stdout is not None
     grandchildren = [int(pid) for pid in worker.stdout.readline().split()]
-    child = [p for p in holding._tree(worker.pid) if p not in (worker.pid, *grandchildren)]
+    child = [
+        p
+        for p in holding._tree(worker.pid, holding._children())
+        if p not in (worker.pid, *grandchildren)
+    ]
     return worker, [worker.pid, *child, *grandchildren]
 
 

@@ -42,7 +42,7 @@ class Held:
         with self._lock:
             self._builds.add(pid)
             if self._holders:
-                self._stopped |= _stop_tree(pid)
+                self._stopped |= _stop_trees([pid])
 
     def follow(self, process: subprocess.Popen[bytes]) -> None:
         """A process started for the builds (a precompiled header's compile): held as a build
@@ -65,8 +65,7 @@ class Held:
         with self._lock:
             self._holders += 1
             if self._holders == 1:
-                for pid in self._builds:
-                    self._stopped |= _stop_tree(pid)
+                self._stopped |= _stop_trees(self._builds)
 
     def release(self) -> None:
         """A timing ended: the last holder continues every process the hold stopped."""
@@ -89,11 +88,13 @@ class Held:
         return self._holders > 0
 
 
-def _stop_tree(root: int) -> set[int]:
-    """Stop `root` and every process under it, top down; the pids stopped."""
+def _stop_trees(roots: set[int] | list[int]) -> set[int]:
+    """Stop each of `roots` and every process under them, parents first; the pids stopped.
+    Each walk reads /proc once, for every tree at once."""
     stopped: set[int] = set()
     for _ in range(WALKS):
-        found = [pid for pid in _tree(root) if pid not in stopped]
+        children = _children()
+        found = [pid for root in roots for pid in _tree(root, children) if pid not in stopped]
         if not found:
             break
         for pid in found:
@@ -102,9 +103,8 @@ def _stop_tree(root: int) -> set[int]:
     return stopped
 
 
-def _tree(root: int) -> list[int]:
-    """`root` and its descendants, parents before children (from each process's parent in
-    /proc/<pid>/stat)."""
+def _children() -> dict[int, list[int]]:
+    """Every process's children, from each one's parent in /proc/<pid>/stat."""
     children: dict[int, list[int]] = {}
     for entry in PROC.iterdir():
         if not entry.name.isdigit():
@@ -115,6 +115,11 @@ def _tree(root: int) -> list[int]:
             continue  # gone meanwhile
         parent = int(stat[stat.rindex(")") + 2 :].split()[1])  # the field after the state
         children.setdefault(parent, []).append(int(entry.name))
+    return children
+
+
+def _tree(root: int, children: dict[int, list[int]]) -> list[int]:
+    """`root` and its descendants in `children`, parents before children."""
     order, at = [root], 0
     while at < len(order):
         order += children.get(order[at], [])
