@@ -18,8 +18,7 @@ from harness.results import charts, report, summary
 def render_problem(folder: Path, problem: str) -> list[Path]:
     """The problem's tables and chart (when matplotlib is installed); returns the files
     written, the markdown table first (none, the old ones removed, when no row is left)."""
-    with files.locked(folder):
-        return _problem(folder, problem, record.read(folder))
+    return render_problems(folder, [problem])
 
 
 def render_problems(folder: Path, problems: list[str]) -> list[Path]:

@@ -83,10 +83,6 @@ class Held:
             self._holders = 1
         self.release()
 
-    @property
-    def holding(self) -> bool:
-        return self._holders > 0
-
 
 def _stop_trees(roots: set[int] | list[int]) -> set[int]:
     """Stop each of `roots` and every process under them, parents first; the pids stopped.

@@ -156,7 +156,6 @@ class LocalPool:
         # Builds are stopped while a slot times (harness.run.holding), so that judging need
         # not wait for them; where they cannot be, a run that times waits for every build.
         self.held = Held() if holding.can_hold() else None
-        self.holds_builds = self.held is not None
         self.slots = [LocalSlot(device, self.held, sharing=len(devices)) for device in devices]
         self.build_jobs = build_jobs
         os.environ.setdefault("MAX_JOBS", COMPILES_PER_BUILD)  # workers inherit it
@@ -165,6 +164,10 @@ class LocalPool:
     def build(self, job: Job, folders: list[Path], on_event: OnEvent) -> Future[Judged]:
         """Start the build job of a solution (task "build"); its result when it is done."""
         return self._builder.submit(execute, job, folders, on_event, held=self.held)
+
+    @property
+    def holds_builds(self) -> bool:
+        return self.held is not None
 
     def built(self, job: Job) -> bool:
         """Whether the solution's build is whole in the cache, so that a build job would only
