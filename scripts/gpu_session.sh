@@ -12,6 +12,7 @@
 #                     swept on those builds (cached); a second suite (seed 1, COLD problems,
 #                     default 30) swept cold
 #   bash scripts/gpu_session.sh multilabel-14   multilabel_margin with 14 CUDA solutions, cold
+#                     (WITH_CPU=1: and cpu_cpp; BUILD_JOBS=N: --build-jobs N)
 #   bash scripts/gpu_session.sh rows-alone   after throughput: ROWS (6) of its cold sweep's
 #                     (FROM=cached: the cached one's) solutions each run alone, and --compare
 #                     against the sweep's rows
@@ -185,16 +186,22 @@ elif [ "$part" = sandbox-cost ]; then
   done
   for side in off-1 auto-1; do cp "$state/sandbox-$side/$gpu/runs.jsonl" "$out/$side-runs.jsonl"; done
 elif [ "$part" = multilabel-14 ]; then
-  copies=$state/multilabel && mkdir -p "$copies" && cp solutions/multilabel_margin/*.py "$copies/"
+  # The 4 shipped CUDA solutions and 10 copies under other names (WITH_CPU=1: cpu_cpp too),
+  # every build cold, run.py's own --build-jobs unless BUILD_JOBS is given.
+  label=ml${WITH_CPU:+-cpu}${BUILD_JOBS:+-j$BUILD_JOBS}
+  copies=$state/$label && rm -rf "$copies" "$state/$label-builds" "$state/$label-results"
+  mkdir -p "$copies" && cp solutions/multilabel_margin/*_cuda.py "$copies/"
+  [ -z "${WITH_CPU:-}" ] || cp solutions/multilabel_margin/cpu_cpp.py "$copies/"
   for n in 1 2 3 4 5 6 7 8 9 10; do  # 10 more CUDA solutions: the shipped ones, built apart
     base=$(ls solutions/multilabel_margin/*_cuda.py | sed -n "$(((n - 1) % 4 + 1))p")
     sed "s/name=\"multilabel_margin_\([a-z_]*\)\"/name=\"multilabel_margin_\1_copy$n\"/" \
       "$base" >"$copies/copy${n}_$(basename "$base")"
   done
   each=() && for file in "$copies"/*.py; do each+=(--solution "$file"); done
-  step multilabel-14 $((budget - SECONDS)) $python run.py --problem multilabel_margin "${each[@]}" \
-    --build-dir "$state/multilabel-builds" --build-jobs "$(nproc)" \
-    --results-dir "$state/multilabel-results"
+  [ -z "${BUILD_JOBS:-}" ] || each+=(--build-jobs "$BUILD_JOBS")
+  step "$label" $((budget - SECONDS)) $python run.py --problem multilabel_margin "${each[@]}" \
+    --build-dir "$state/$label-builds" --results-dir "$state/$label-results"
+  cp "$state/$label-results"/*/runs.jsonl "$out/$label-runs.jsonl" 2>/dev/null
 elif [ "$part" = scaling ] || [ "$part" = resume ]; then
   # Each sweep builds afresh (--fresh-builds: a build folder per label), so that the one-GPU
   # and two-GPU figures both include their builds.
