@@ -198,10 +198,9 @@ elif [ "$part" = multilabel-14 ]; then
       "$base" >"$copies/copy${n}_$(basename "$base")"
   done
   each=() && for file in "$copies"/*.py; do each+=(--solution "$file"); done
-  [ -z "${BUILD_JOBS:-}" ] || each+=(--build-jobs "$BUILD_JOBS")
   step "$label" $((budget - SECONDS)) $python run.py --problem multilabel_margin "${each[@]}" \
+    ${BUILD_JOBS:+--build-jobs "$BUILD_JOBS"} \
     --build-dir "$state/$label-builds" --results-dir "$state/$label-results"
-  cp "$state/$label-results"/*/runs.jsonl "$out/$label-runs.jsonl" 2>/dev/null
 elif [ "$part" = scaling ] || [ "$part" = resume ]; then
   # Each sweep builds afresh (--fresh-builds: a build folder per label), so that the one-GPU
   # and two-GPU figures both include their builds.
