@@ -22,6 +22,10 @@
 #                     SANDBOX_PROBLEMS (default all, as time allows) run with the sandbox off,
 #                     then auto, ROUNDS times (default 1): seconds, --compare of each round
 #                     (and, with two, of each side against itself), and the first records
+#   bash scripts/gpu_session.sh sandbox-sweep   issue 26's cost: the 17 shipped CUDA solutions
+#                     (not the CPU-timed cpp ones) built on each side beside the attack
+#                     fixtures, then swept in one run.py call without the sandbox, then with
+#                     it: seconds of each call, and --compare
 # On a machine with two GPUs (issue 27, docs/scale.md), a call each:
 #   GPUS=0 bash scripts/gpu_session.sh scaling     the level-1-sized suite (COUNT, default 100,
 #   GPUS=all bash scripts/gpu_session.sh scaling   seed 2) swept cold on GPU 0, then on both
@@ -185,6 +189,24 @@ elif [ "$part" = sandbox-cost ]; then
       "$state/sandbox-${pair##*:}/$gpu"
   done
   for side in off-1 auto-1; do cp "$state/sandbox-$side/$gpu/runs.jsonl" "$out/$side-runs.jsonl"; done
+elif [ "$part" = sandbox-sweep ]; then
+  # One sweep a side, so that a run's own start and its first worker's warm-up (5-9 s, the
+  # same with the sandbox or without) are spread over 17 solutions, not one or two.
+  sols=$state/sweep-solutions && rm -rf "$sols" "$state"/sweep-{builds,results}-* && mkdir -p "$sols"
+  cp -r solutions/*/ "$sols/" && rm -f "$sols"/lltm/cpp.py "$sols"/multilabel_margin/cpu_cpp.py
+  for mode in off auto; do
+    $python run.py --problems problems --solutions "$sols" --build-only --sandbox "$mode" \
+      --build-jobs $(($(nproc) / 2)) --build-dir "$state/sweep-builds-$mode" >"$out/build-$mode.txt" 2>&1 &
+  done
+  step sandbox-attacks 200 $python -m pytest tests/test_sandbox.py -m gpu -q -rs  # times nothing
+  wait && echo "sandbox builds done at $SECONDS s" | tee -a "$out/summary.txt"
+  for mode in off auto; do
+    start=$(date +%s.%N)
+    step "sweep-$mode" 180 $python run.py --problems problems --solutions "$sols" --sandbox "$mode" \
+      --build-dir "$state/sweep-builds-$mode" --results-dir "$state/sweep-results-$mode" >/dev/null
+    echo "sandbox $mode sweep: $(awk "BEGIN {print $(date +%s.%N) - $start}") s" | tee -a "$out/summary.txt"
+  done
+  step sweep-compare 40 $python run.py --compare "$state/sweep-results-off/$gpu" "$state/sweep-results-auto/$gpu"
 elif [ "$part" = multilabel-14 ]; then
   # The 4 shipped CUDA solutions and 10 copies under other names (WITH_CPU=1: cpu_cpp too),
   # every build cold, run.py's own --build-jobs unless BUILD_JOBS is given.

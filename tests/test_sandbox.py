@@ -155,8 +155,9 @@ def test_required_refuses_a_machine_without_it(monkeypatch) -> None:
 @needs_sandbox
 @pytest.mark.parametrize(
     ("device", "sandboxing", "memory_gb"),
-    [  # on the GPU, `auto` must find that CUDA starts inside it, and a CUDA context fit
-        ("cpu", "required", "2"),
+    [  # `auto`, as run.py's default; on the GPU it must find that CUDA starts inside it, and a
+        # CUDA context fit (`required` refusing where something lacks: tests above)
+        ("cpu", "auto", "2"),
         pytest.param("cuda", "auto", "8", marks=pytest.mark.gpu),
     ],
 )
