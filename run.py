@@ -139,18 +139,21 @@ def main(argv: list[str] | None = None) -> int:
 
 def audit_problems(args: argparse.Namespace) -> int:
     """Audit the chosen problems' references (on a GPU in a worker, as a run does); exit 1
-    when any is rejected."""
+    when any is refused (its reference fails; a weakness too under --strict-audit)."""
     from harness.loading import load_problem
     from harness.measure import audit
     from harness.run import isolate
-    from harness.run.discovery import list_problems, resolve_problem
+    from harness.run.discovery import list_problems, resolve_problem, sweep_sources
     from harness.run.session import Session
 
-    names = list_problems(PROBLEMS_DIR) if args.all else [args.problem]
     session = Session(settings_for(args, None, None), recording=False)
     run_job = lambda job: isolate.run_isolated(job, lambda event: None)  # noqa: E731
     code = EXIT_OK
-    sources = [resolve_problem(name, PROBLEMS_DIR, SOLUTIONS_DIR) for name in names]
+    if args.problems:  # every problem file of a folder, KernelBench's levels say
+        sources = sweep_sources(args.problems, args.solutions or args.problems)
+    else:
+        names = list_problems(PROBLEMS_DIR) if args.all else [args.problem]
+        sources = [resolve_problem(name, PROBLEMS_DIR, SOLUTIONS_DIR) for name in names]
     session.auditing.audit_all(sources, run_job)  # on a GPU, all in one worker
     for source in sources:
         try:
@@ -161,7 +164,7 @@ def audit_problems(args: argparse.Namespace) -> int:
             code = EXIT_INPUT
             continue
         print(audit.render_findings(source.name, findings))
-        if audit.rejected(findings) and code == EXIT_OK:
+        if audit.refused(findings, session.settings.strict_audit) and code == EXIT_OK:
             code = EXIT_FAILED
     return code
 

@@ -35,7 +35,9 @@ measure/   the worker process, one per solution: builds, checks and times it
     pch        PyTorch's extension header, precompiled once for every build
     sourcemap  point a compiler error in load_inline's generated files at the solution's .py
     checking   build Model and ModelNew alike and check every case
-    audit      reject problems that a zero, constant or memorised answer would pass
+    audit      find where a zero, constant or memorised answer would pass a problem (flagged),
+               and refuse a problem whose reference fails
+    trivial    those answers, built and read without output-sized memory
     modes      the reference's training or inference mode, and the modules it changes
     kernelbench  --as kernelbench: KernelBench's criterion and timer, reproduced
     gradients  the backward of a BACKWARD problem: every input's and parameter's gradient
@@ -76,6 +78,7 @@ Shared by all three, importing no wing:
     inputs     seeded inputs (one seed plan), copied with their exact layout to each side
     matching   whether two outputs match, and the one tolerance rule
     tolerance  the tolerance a run may set, importable without torch (for run.py -h)
+    blocks     a tensor read a block at a time: bounded temporaries for outputs of any size
     accuracy   the accuracy rule: errors against the reference run in float64, and its own
     stats      intervals for medians and speedups, relative standard error, geometric mean
     toolchain  CUDA_HOME, target architectures, per-solution build folders

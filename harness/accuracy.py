@@ -25,11 +25,13 @@ model that raises or keeps float32), the dtype tolerance alone applies and the r
 from __future__ import annotations
 
 import copy
+import math
 from dataclasses import dataclass
 from typing import Any
 
 import torch
 
+from harness.blocks import Index, blocks
 from harness.parts import part
 
 WIDE = torch.float64  # the exact answer's dtype
@@ -51,12 +53,14 @@ RULE = (
 
 @dataclass(frozen=True)
 class Wide:
-    """The reference's exact answer at one place of the output's structure, with the draws of
-    its own error there ((in its dtype, exact) pairs on moved inputs), or why there is none."""
+    """The reference's exact answer at one place of the output's structure, with the largest
+    error of the draws of its own error there (the same structure, float64 tensors as matching
+    compares them, None where no draw says), or why there is no exact answer."""
 
     value: Any = None
-    draws: tuple[tuple[Any, Any], ...] = ()
+    spread: Any = None
     missing: str | None = None  # why there is no exact answer here
+    drawn: int = 0  # the draws folded into `spread`
 
     def item(self, index: int) -> Wide:
         """The answer at `index` of a tuple or list output."""
@@ -64,13 +68,12 @@ class Wide:
             return self
         if not isinstance(self.value, (tuple, list)) or index >= len(self.value):
             return Wide(missing="the reference's float64 output has another structure")
-        draws = tuple((_at(e, index), _at(x, index)) for e, x in self.draws)
-        return Wide(self.value[index], draws)
+        return Wide(self.value[index], _at(self.spread, index), drawn=self.drawn)
 
-    def against(self, expected: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor] | str:
+    def against(self, expected: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor | None] | str:
         """For `expected` (as compared: where it lives, complex as real pairs), the exact answer in
-        float64 and the largest error of the draws at each element (0 where none says), or why
-        there is no exact answer."""
+        float64 and the largest error of the draws at each element (None where no draw says:
+        zero), or why there is no exact answer."""
         if self.missing is not None:
             return self.missing
         exact = _as_compared(self.value, expected)
@@ -78,13 +81,8 @@ class Wide:
             return "the reference's float64 output has another type or shape"
         if exact.dtype != WIDE:
             return f"the reference's output stays {exact.dtype} when run in float64"
-        spread = torch.zeros_like(exact)
-        for narrow, wide in self.draws:
-            e, x = _as_compared(narrow, expected), _as_compared(wide, expected)
-            if e is not None and x is not None:
-                error = (e.to(WIDE) - x.to(WIDE)).abs()
-                spread = torch.maximum(spread, torch.nan_to_num(error, 0.0, 0.0, 0.0))
-        return exact, spread
+        spread = _as_compared(self.spread, expected)
+        return exact, spread if spread is not None and spread.dtype == WIDE else None
 
 
 def _at(value: Any, index: int) -> Any:
@@ -92,23 +90,31 @@ def _at(value: Any, index: int) -> Any:
 
 
 def _as_compared(value: Any, expected: torch.Tensor) -> torch.Tensor | None:
-    """`value` as matching compares `expected` (a CPU tensor, complex as real pairs), or None
-    when it is not a tensor or number of that shape."""
+    """`value` as matching compares `expected` (a tensor where it lives, complex as real pairs),
+    or None when it is not a tensor or number of that shape."""
+    value = _compared_form(value)
+    if value is None or value.shape != expected.shape:
+        return None
+    return value.to(expected.device)
+
+
+def _compared_form(value: Any) -> torch.Tensor | None:
+    """A tensor or number as matching compares it (complex as real pairs), or None."""
     if isinstance(value, (bool, int, float, complex)):
         value = torch.tensor(value, dtype=torch.complex128 if isinstance(value, complex) else WIDE)
     if not isinstance(value, torch.Tensor):
         return None
-    value = value.detach().to(expected.device)
-    if value.is_complex():
-        value = torch.view_as_real(value)
-    return value if value.shape == expected.shape else None
+    value = value.detach()
+    return torch.view_as_real(value) if value.is_complex() else value
 
 
 class Exact:
     """The reference's exact answer on one set of inputs, computed when first asked for and
     kept: a copy of the model with its floating-point parameters and buffers cast to float64,
     on copies of the inputs cast up (integer inputs as they are); and DRAWS draws of its own
-    error, each on copies of the inputs with some elements moved by one ulp (`nudge`)."""
+    error, each on copies of the inputs with some elements moved by one ulp (`nudge`), folded
+    into their largest at each element as each is made, so that one draw is held at a time.
+    A run that fails (out of memory, say) leaves no answer, or fewer draws, and says why."""
 
     def __init__(self, model: Any, inputs: list[Any], device: torch.device) -> None:
         self.model = model
@@ -130,16 +136,18 @@ class Exact:
             value = self._call(wide, [widen(v) for v in self.inputs])
         except Exception as err:
             return Wide(missing=f"the reference could not run in float64 ({_describe(err)})")
-        draws = []
+        spread = None
+        drawn = 0
         try:  # a draw that fails (a moved input outside the reference's domain) only costs it
             for draw in range(DRAWS):
                 first = DRAW_SEED + 1000 * draw  # then one seed per input
                 moved = [nudge(v, first + i) for i, v in enumerate(self.inputs)]
                 narrow = self._call(self.model, moved)
-                draws.append((narrow, self._call(wide, [widen(v) for v in moved])))
+                spread = fold(spread, value, narrow, self._call(wide, [widen(v) for v in moved]))
+                drawn += 1
         except Exception as err:
-            print(f"accuracy: a draw of the reference's error failed: {_describe(err)}")
-        return Wide(value, tuple(draws))
+            print(f"accuracy: draw {drawn + 1} of {DRAWS} failed: {_describe(err)}")
+        return Wide(value, spread, drawn=drawn)
 
     def _call(self, model: Any, inputs: list[Any]) -> Any:
         with torch.no_grad():
@@ -152,6 +160,27 @@ class Exact:
 def _describe(err: BaseException) -> str:
     lines = [line.strip() for line in str(err).splitlines() if line.strip()]
     return f"{type(err).__name__}: {lines[0] if lines else '(no message)'}"
+
+
+def fold(spread: Any, value: Any, narrow: Any, wide: Any) -> Any:
+    """`spread` (None, or the structure of `value` holding float64 tensors or None) with one
+    more draw folded in: at each element the larger of it and |narrow - wide|, NaN and
+    infinity counting as no error. A place where the draw has another structure or shape than
+    `value` is left as it was."""
+    if isinstance(value, (tuple, list)):
+        return [
+            fold(_at(spread, i), item, _at(narrow, i), _at(wide, i)) for i, item in enumerate(value)
+        ]
+    target, e, x = _compared_form(value), _compared_form(narrow), _compared_form(wide)
+    if target is None or e is None or x is None or not target.shape == e.shape == x.shape:
+        return spread
+    if spread is None:
+        spread = torch.zeros(target.shape, dtype=WIDE, device=target.device)
+    e, x = e.to(target.device), x.to(target.device)
+    for index in blocks(spread.shape):
+        error = torch.nan_to_num((e[index].to(WIDE) - x[index].to(WIDE)).abs(), 0.0, 0.0, 0.0)
+        torch.maximum(spread[index], error, out=spread[index])
+    return spread
 
 
 def widen(value: Any) -> Any:
@@ -193,46 +222,63 @@ def nudge(value: Any, seed: int) -> Any:
 
 @dataclass(frozen=True)
 class Errors:
-    """Both errors against the exact answer, elementwise (float64, the output's shape)."""
+    """Both errors against the exact answer over one block of an output (float64, the block's
+    shape), and what the rule allows there."""
 
     solution: torch.Tensor  # |actual - exact|, NaN where any of the three is not finite
     reference: torch.Tensor  # |expected - exact|, the same
     allowed: torch.Tensor  # what the rule allows at each element
-    typical: float  # the median over the tensor of the reference's error and its draws'
 
     @property
     def within(self) -> torch.Tensor:
         """Where the solution keeps the rule (never at a NaN or infinity)."""
         return self.solution <= self.allowed
 
-    def describe(self, bad: torch.Tensor) -> str:
-        """Both errors at the worst of the `bad` elements, for a mismatch report."""
-        ratio = torch.where(bad, self.solution / self.allowed.clamp_min(1e-300), -1.0)
-        ratio = torch.nan_to_num(ratio, nan=-1.0, posinf=-1.0)
-        if not bool((ratio >= 0).any()):
-            return ""
-        at = tuple(int(i) for i in torch.unravel_index(ratio.argmax(), ratio.shape))
-        place = f" at {list(at)}" if at else ""  # a scalar has no position to name
-        return (
-            f"; against float64{place}: the solution's error "
-            f"{self.solution[at].item():.3g}, the reference's own {self.reference[at].item():.3g} "
-            f"(typically {self.typical:.3g})"
-        )
+
+MEDIAN_ELEMENTS = 1 << 26  # above this many elements, `typical` is the median of a sample
 
 
-def errors(
-    expected: torch.Tensor, actual: torch.Tensor, exact: torch.Tensor, spread: torch.Tensor
-) -> Errors:
-    """The rule's terms for one tensor (see the module doc): `exact` and the draws' `spread`
-    as Wide.against gives them."""
-    eps = torch.finfo(expected.dtype).eps
-    e, a = expected.to(WIDE), actual.to(WIDE)
-    finite = torch.isfinite(e) & torch.isfinite(a) & torch.isfinite(exact)
-    nan = torch.tensor(float("nan"), dtype=WIDE)
-    reference = torch.where(finite, (e - exact).abs(), nan)
-    solution = torch.where(finite, (a - exact).abs(), nan)
-    scale = torch.maximum(reference, spread)
-    kept = scale[finite]
-    typical = kept.median().item() if kept.numel() else 0.0
-    allowed = MULTIPLE * scale.clamp_min(typical) + FLOOR_ULPS * eps * exact.abs()
-    return Errors(solution, reference, allowed, typical)
+class Rule:
+    """The accuracy rule over one output tensor (see the module doc), a block at a time
+    (harness.blocks): `exact` and the draws' `spread` as Wide.against gives them.
+
+    `typical`, the median over the tensor of the reference's error and its draws', is exact up
+    to MEDIAN_ELEMENTS elements; above, the median of every k-th finite element (k the fewest
+    that keeps MEDIAN_ELEMENTS at most), so that it needs a bounded copy."""
+
+    def __init__(
+        self,
+        expected: torch.Tensor,
+        actual: torch.Tensor,
+        exact: torch.Tensor,
+        spread: torch.Tensor | None,
+    ) -> None:
+        self.exact, self.spread = exact, spread
+        self.eps = torch.finfo(expected.dtype).eps
+        self.typical = 0.0
+        stride = max(1, math.ceil(expected.numel() / MEDIAN_ELEMENTS))
+        kept, seen = [], 0
+        for index in blocks(expected.shape):
+            e, a = expected[index].to(WIDE), actual[index].to(WIDE)
+            finite = torch.isfinite(e) & torch.isfinite(a) & torch.isfinite(exact[index])
+            scale = self._scale(index, e)[finite]
+            kept.append(scale[(-seen) % stride :: stride] if stride > 1 else scale)
+            seen += scale.numel()
+        values = torch.cat(kept) if kept else torch.empty(0, dtype=WIDE)
+        self.typical = values.median().item() if values.numel() else 0.0
+
+    def _scale(self, index: Index, e: torch.Tensor) -> torch.Tensor:
+        """The reference's own error at each element of the block, at least its draws'."""
+        reference = (e - self.exact[index]).abs()
+        return reference if self.spread is None else torch.maximum(reference, self.spread[index])
+
+    def errors(self, index: Index, expected: torch.Tensor, actual: torch.Tensor) -> Errors:
+        """The rule's terms over the block at `index` (`expected` and `actual` are its)."""
+        e, a, x = expected.to(WIDE), actual.to(WIDE), self.exact[index]
+        finite = torch.isfinite(e) & torch.isfinite(a) & torch.isfinite(x)
+        nan = torch.tensor(float("nan"), dtype=WIDE)
+        reference = torch.where(finite, (e - x).abs(), nan)
+        solution = torch.where(finite, (a - x).abs(), nan)
+        scale = torch.where(finite, self._scale(index, e), nan)
+        allowed = MULTIPLE * scale.clamp_min(self.typical) + FLOOR_ULPS * self.eps * x.abs()
+        return Errors(solution, reference, allowed)

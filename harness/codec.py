@@ -27,7 +27,8 @@ _UNIONS = (typing.Union, types.UnionType)
 
 
 def omitted_when(value: Any = None) -> dict[str, Any]:
-    """Field metadata: leave the field out of the JSON when it holds `value` (None or False)."""
+    """Field metadata: leave the field out of the JSON when it holds `value` (None, False or
+    an empty tuple)."""
     return {OMIT: value}
 
 
@@ -37,7 +38,7 @@ def encode(value: Any) -> Any:
         data = {}
         for f in dataclasses.fields(value):
             item = getattr(value, f.name)
-            if OMIT in f.metadata and item is f.metadata[OMIT]:
+            if OMIT in f.metadata and (item is f.metadata[OMIT] or item == () == f.metadata[OMIT]):
                 continue
             data[f.name] = encode(item)
         for name in getattr(type(value), "DERIVED", ()):

@@ -9,6 +9,12 @@ class UserError(Exception):
     """
 
 
+class ProblemRefused(UserError):
+    """A problem the run cannot judge, for a fault of its own: its file does not load, its
+    reference fails, or --strict-audit refuses it. A sweep records each of its solutions as
+    `problem_error`, not judged, so that its summary counts them."""
+
+
 class HarnessError(Exception):
     """The harness itself failed (a folder it cannot write, a bug of its own), not the solution
     it was running: the run stops with this one line, keeping what was recorded before it, and

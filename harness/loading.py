@@ -66,8 +66,10 @@ class Problem:
     backward: bool = False  # BACKWARD = True: the gradients are judged too
 
 
-def import_file(path: Path | str) -> ModuleType:
-    """Import the Python file at `path` as a fresh module with a unique name.
+def import_file(path: Path | str, namespace: dict[str, Any] | None = None) -> ModuleType:
+    """Import the Python file at `path` as a fresh module with a unique name; with a
+    `namespace`, the module starts with those names (a solution, with its reference's:
+    `reference_namespace`), and what the file defines replaces them in its module alone.
 
     The file's folder leads sys.path while the file is imported, so its imports may name its
     neighbours (a GPUCodeForces solution imports `example_torchcode`, say), and is taken off
@@ -84,6 +86,7 @@ def import_file(path: Path | str) -> ModuleType:
     if spec is None or spec.loader is None:
         raise UserError(f"{path} cannot be imported as a Python module")
     module = importlib.util.module_from_spec(spec)
+    module.__dict__.update(namespace or {})
     folder = str(path.parent)
     added = folder not in sys.path
     if added:
@@ -95,6 +98,21 @@ def import_file(path: Path | str) -> ModuleType:
         if added and folder in sys.path:
             sys.path.remove(folder)
     return module
+
+
+def reference_namespace(path: Path | str) -> dict[str, Any]:
+    """The globals of a fresh import of the reference at `path` (its dunders left out), which a
+    solution starts with: KernelBench runs the reference's file and then the solution's in one
+    namespace, so LLM-written solutions use the reference's globals (`batch_size`, `Model`,
+    `torch`) without defining or importing them. A fresh import of its own, so that nothing the
+    solution rebinds or defines reaches the reference the harness runs. {} where the file
+    cannot be imported (the problem's own load then says why)."""
+    try:
+        module = import_file(path)
+    except Exception:
+        return {}
+    names = vars(module)
+    return {k: v for k, v in names.items() if not (k.startswith("__") and k.endswith("__"))}
 
 
 def load_problem(name: str, path: Path) -> Problem:

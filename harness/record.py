@@ -181,6 +181,18 @@ class Machine:
 
 
 @dataclass(frozen=True)
+class Finding:
+    """One thing the audit found in a problem (harness.measure.audit), in one line: what is
+    wrong and how to fix the problem file."""
+
+    level: str  # "reject" (it cannot be judged), "weak" (a wrong solution could pass), "warn"
+    check: str  # zero_passes, constant, seed_independent, insensitive, random,
+    # nondeterministic, one_shape, error
+    case: str | None  # the case it was found in; None for the problem as a whole
+    message: str
+
+
+@dataclass(frozen=True)
 class RunRecord:
     """One solution's run: what ran, where, how, and what came of it (status.MEANING).
 
@@ -223,6 +235,8 @@ class RunRecord:
     phase_s: dict[str, float] | None = field(default=None, metadata=OMIT_NONE)
     # ... and in each part of those steps (harness.parts)
     parts_s: dict[str, float] | None = field(default=None, metadata=OMIT_NONE)
+    # what the audit found weak in the problem: a wrong solution could pass it
+    weaknesses: tuple[Finding, ...] = field(default=(), metadata=omitted_when(()))
 
 
 def append(folder: Path, record: RunRecord) -> None:

@@ -94,6 +94,12 @@ REJECTIONS = {
 }
 
 FLAGS = {
+    "weak_problem": Rule(
+        "the problem's audit found that a wrong solution could pass it (zeros, a constant, a "
+        "memorised output, a random or nondeterministic reference): judged, but its verdict "
+        "proves less",
+        "measure/audit.py",
+    ),
     "moved": Rule(
         "under ncu the call moved less than the problem's minimum bytes: skipped work, or a "
         "wrong byte count",

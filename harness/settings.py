@@ -240,9 +240,16 @@ class Settings:
     )
     audit: bool = option(
         True,
-        "run a problem even when its audit rejects it",
+        "skip the problems' audit: no problem refused for a failing reference, no rows flagged "
+        "for a weak problem",
         flag="--no-audit",
         action="store_false",
+    )
+    strict_audit: bool = option(
+        False,
+        "refuse a problem that a trivial answer passes (zeros, a constant, a memorised or "
+        "random output), as the audit finds, instead of judging it with its rows flagged",
+        action="store_true",
     )
     compile_cuda: bool = option(
         False,

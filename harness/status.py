@@ -22,7 +22,8 @@ MEANING = {
     CRASHED: "the worker process died: a segfault, a kill, os._exit or sys.exit",
     TIMEOUT: "a step (build, check or timing) ran past its time limit and was killed",
     NO_GPU: "a CUDA solution on a machine without a GPU: compiled (or not), not run",
-    PROBLEM_ERROR: "the reference itself failed (its get_inputs or Model raised)",
+    PROBLEM_ERROR: "not judged: the reference itself failed (its get_inputs or Model raised, in "
+    "the run or its audit), or --strict-audit refused the problem; the detail says which",
 }
 
 # Statuses that do not fail a run: a CUDA solution cannot run without a GPU.

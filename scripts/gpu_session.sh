@@ -33,6 +33,10 @@
 #                                                  records, then --resume: every record once
 #   bash scripts/gpu_session.sh gpu-rows           the shipped problems timed on cuda:0, then on
 #                                                  cuda:1, and --compare between the two
+#   KB_ROOT=<problems/ and solutions/ by level> KB_SRC=<KernelBench checkout> KB_WHEELS=<wheels> \
+#     bash scripts/gpu_session.sh kernelbench-all   issue 43: every problem of KB_LEVELS judged
+#                     (audits, sweeps, KernelBench's evaluator beside; see the part), resumable
+#                     over several calls on one warm machine
 #   KB_SRC=<KernelBench checkout> KB_PROBLEMS=<its level1 files> bash scripts/gpu_session.sh \
 #       kernelbench   the side-by-side with KernelBench's own evaluator (docs/kernelbench.md, "Judged as
 #                     KernelBench judges"): builds first, KernelBench's evaluator, then the
@@ -245,6 +249,44 @@ elif [ "$part" = gpu-rows ]; then
       --results-dir "$state/gpu$index"
   done
   step rows-compare 30 $python run.py --compare "$state/gpu0/$gpu" "$state/gpu1/$gpu"
+elif [ "$part" = kernelbench-all ]; then
+  # Issue 43: every problem of KernelBench's levels KB_LEVELS (default "3 2 1") under KB_ROOT
+  # (problems/level<L>/ and solutions/level<L>/level_<L>_problem_<N>_sample_0_kernel.py) gets
+  # a verdict: once a machine, the comparison's memory on a 5.4e9-element output and every
+  # problem's audit; then, in the background across calls (a chain that outlives the call
+  # while the machine stays warm), each level's sweep (--check-only --resume) and KernelBench's
+  # own evaluator on the same builds (correctness only); each call waits while time allows and
+  # copies what is done. KB_SRC: a KernelBench checkout; KB_WHEELS: pydantic and einops wheels.
+  root=${KB_ROOT:?kernelbench-all needs KB_ROOT} levels=${KB_LEVELS:-3 2 1}
+  if [ -n "${KB_WHEELS:-}" ] && [ ! -d "$state/kb-site" ]; then
+    $python -m pip install -q --no-index --no-deps --target "$state/kb-site" "$KB_WHEELS"/*.whl
+  fi
+  export PYTHONPATH=$state/kb-site
+  [ -f "$state/compare-memory.json" ] || step compare-memory 240 \
+    $python scripts/compare_memory.py --json "$state/compare-memory.json"
+  if ! [ -f "$state/chain.started" ]; then
+    touch "$state/chain.started"
+    setsid bash -c "for level in $levels; do
+        $python run.py --problems $root/problems/level\$level --solutions $root/solutions/level\$level \
+          --check-only --resume --build-jobs 16 --results-dir $state/kb >$state/sweep-\$level.txt 2>&1
+        echo \"sweep \$level exit: \$?\" >>$state/chain.txt
+        $python scripts/kernelbench_side_by_side.py measure $KB_SRC $root/problems/level\$level \
+          $root/solutions/level\$level .cache/builds $state/kb-\$level.jsonl --no-timing --resume \
+          >$state/kb-\$level.txt 2>&1
+        echo \"kernelbench \$level exit: \$?\" >>$state/chain.txt
+      done; echo done >>$state/chain.txt" </dev/null >/dev/null 2>&1 &
+  fi
+  for level in $levels; do
+    [ -f "$state/audit-$level.txt" ] || step "audit-$level" 240 $python run.py \
+      --problems "$root/problems/level$level" --audit >"$state/audit-$level.txt"
+  done
+  while [ $((budget - SECONDS)) -gt 20 ] && ! grep -q '^done' "$state/chain.txt" 2>/dev/null; do
+    sleep 10
+  done
+  cat "$state/chain.txt" 2>/dev/null | tee -a "$out/summary.txt"
+  for level in $levels; do
+    tail -n 12 "$state/sweep-$level.txt" 2>/dev/null | tee -a "$out/summary.txt"
+  done
 else  # sanitize
   for solution in multilabel_margin/fast_cuda multilabel_margin/warp_cuda smooth_l1/fast_cuda; do
     step "memcheck-${solution//\//-}" 120 compute-sanitizer --tool memcheck --error-exitcode 9 \
@@ -255,7 +297,7 @@ fi
 echo "after $part: $(gpu_state)" | tee -a "$out/machine.txt"
 # The device tool returns at most 8 files from $OUT: builds stay behind, and when the step
 # outputs are many they travel in one archive beside the summary.
-tar czf "$out/results.tar.gz" --exclude='*builds*' --exclude='*.so' -C "$state" .
+tar czf "$out/results.tar.gz" --exclude='*builds*' --exclude='*.so' --exclude=kb-site -C "$state" .
 [ -d logs ] && tar czf "$out/logs.tar.gz" logs
 if [ "$(ls "$out" | wc -l)" -gt 8 ]; then
   (cd "$out" && tar czf outputs.tar.gz --remove-files $(ls | grep -vE '^(summary.txt|results.tar.gz|logs.tar.gz)$'))

@@ -4,17 +4,25 @@ KernelBench's code is not part of this repository: pass a checkout of it (its `s
 `kernelbench` package), kept outside the repository. Two steps, on a GPU machine, after a
 harness sweep of the same pairs has built them (`run.py --problems P --solutions S`):
 
-  measure KB_CHECKOUT PROBLEMS SOLUTIONS BUILD_DIR OUT.jsonl [--trials N]
+  measure KB_CHECKOUT PROBLEMS SOLUTIONS BUILD_DIR OUT.jsonl [--trials N] [--no-timing]
+          [--resume]
       For each KernelBench problem file N_*.py in PROBLEMS and its sample
       level_<L>_problem_<N>_sample_0_kernel.py in SOLUTIONS, in one process: KernelBench's
       `load_custom_model` (pointed at the build this harness left under BUILD_DIR, in the
-      environment the harness's worker built it in, so nothing is compiled again), its
+      environment the harness's worker built it in, so nothing is compiled again; where there
+      is none, KernelBench's load_inline builds it), its
       `run_and_check_correctness` (5 trials, seed 42; the problem's `get_inputs` run with the
       GPU as torch's default device, as the harness runs it, so inputs of GBs are drawn there),
       then `time_execution_with_cuda_event`
       (N trials, 100 unless given: its num_perf_trials) on the new model and then the
       reference, autograd on, as `eval_kernel_against_ref` does. One JSON line per pair:
       correctness, the two means (ms, as KernelBench rounds them and unrounded), every trial.
+      With --no-timing, the correctness check alone: the same line without the timing fields.
+      A pair that fails (loading, building, a CUDA error) is its line's `error` (the error's
+      type and first line) and the sweep goes on; where the failure leaves the CUDA context
+      unusable, its line says so in `cuda_context` and the step stops, exit status 3. With
+      --resume, the problems already in OUT.jsonl are skipped, so a new process goes on there
+      (a pair the last process died in, named in OUT.jsonl.current, is recorded as such).
   table OUT.jsonl PROFILE_FOLDER DEFAULT_FOLDER [--trials N]
       A markdown table: KernelBench's verdict and speedup beside the profile's and the default
       timer's (the machine folders the sweeps wrote: <results>/<gpu>-kernelbench and
@@ -52,7 +60,7 @@ def import_kernelbench(checkout: Path) -> tuple[Any, Any]:
     """KernelBench's eval and timing modules. What its utils module imports for the LLM
     clients and the dataset (and the evaluator never calls) is stood in for where it is not
     installed; pydantic, which eval's result type needs, must be there (KB_WHEELS)."""
-    stand_ins = {
+    stand_ins: dict[str, dict[str, Any]] = {
         "openai": {"OpenAI": None},
         "litellm": {"completion": None},
         "dotenv": {"load_dotenv": lambda *args, **kwargs: False},  # called at import
@@ -68,10 +76,65 @@ def import_kernelbench(checkout: Path) -> tuple[Any, Any]:
                 setattr(stand_in, attribute, value)
             sys.modules[name] = stand_in
     sys.path.insert(0, str(checkout / "src"))
-    from kernelbench import eval as kb_eval  # type: ignore[import-not-found]
-    from kernelbench import timing as kb_timing  # type: ignore[import-not-found]
+    from kernelbench import eval as kb_eval
+    from kernelbench import timing as kb_timing
 
     return kb_eval, kb_timing
+
+
+CONTEXT_LOST = 3  # the exit status when a CUDA error leaves the context unusable
+
+
+def first_line(err: BaseException) -> str:
+    """An error's type and the first line of its message, as a row records it."""
+    lines = str(err).strip().splitlines()
+    return f"{type(err).__name__}: {lines[0] if lines else ''}"[:300]
+
+
+def measured(out: Path) -> set[str]:
+    """The problems OUT.jsonl already has a line for (a line cut short by a crash is skipped).
+    A pair the last process was on when it died (OUT.jsonl.current names it: a hang past the
+    step's timeout, a segfault) gets its line now, so that the sweep does not meet it again."""
+    done: set[str] = set()
+    for line in out.read_text().splitlines() if out.exists() else []:
+        try:
+            done.add(json.loads(line)["problem"])
+        except (ValueError, KeyError, TypeError):
+            continue
+    current = _current(out)
+    stem = current.read_text().strip() if current.exists() else ""
+    if stem and stem not in done:
+        _append(out, {"problem": stem, "error": "the previous process ended during this pair"})
+        done.add(stem)
+    return done
+
+
+def _current(out: Path) -> Path:
+    """The file that names the pair under way, beside OUT.jsonl."""
+    return out.with_name(out.name + ".current")
+
+
+def _append(out: Path, row: dict[str, Any]) -> None:
+    print(json.dumps(row), flush=True)
+    with open(out, "a") as log:
+        log.write(json.dumps(row) + "\n")
+
+
+def context_lost(device: Any) -> str | None:
+    """None while the CUDA context still runs work; else the first line of what the probe
+    raised (an illegal address or a device-side assert is sticky: every later call fails)."""
+    import gc
+
+    import torch
+
+    gc.collect()
+    try:
+        torch.cuda.synchronize(device)
+        torch.cuda.empty_cache()
+        (torch.ones(1, device=device) + 1).item()
+    except Exception as err:  # whatever the probe raises, the context cannot go on
+        return first_line(err)
+    return None
 
 
 def measure(args: argparse.Namespace) -> None:
@@ -82,23 +145,45 @@ def measure(args: argparse.Namespace) -> None:
     torch.cuda.set_device(device)
     arch = toolchain.arch_list(torch.cuda.get_device_capability(device), None)
     solutions = {number(p.name): p for p in Path(args.solutions).glob("level_*_sample_0_*.py")}
-    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
+    out = Path(args.out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    done = measured(out) if args.resume else set()
     for problem in sorted(Path(args.problems).glob("*.py"), key=lambda p: number(p.name) or 0):
         solution = solutions.get(number(problem.name))
-        if solution is None:
+        if solution is None or problem.stem in done:
             continue
-        built = glob.glob(f"{args.build_dir}/*/{solution.stem}-*")
-        row: dict[str, Any] = {"problem": problem.stem, "build_dir": built[0] if built else None}
+        _current(out).write_text(problem.stem)
+        row = _measure_pair(kb_eval, kb_timing, problem, solution, args, device, arch)
+        lost = context_lost(device)
+        if lost:
+            row["cuda_context"] = f"unusable after this pair ({lost}); the step stopped here"
+        _append(out, row)
+        _current(out).unlink()
+        if lost:
+            print(f"CUDA context lost at {problem.stem}: go on with --resume", file=sys.stderr)
+            sys.exit(CONTEXT_LOST)
+
+
+def _measure_pair(
+    kb_eval: Any,
+    kb_timing: Any,
+    problem: Path,
+    solution: Path,
+    args: argparse.Namespace,
+    device: Any,
+    arch: Any,
+) -> dict[str, Any]:
+    """One pair's row: its build, then its verdict (and timing), or the error that stopped it."""
+    built = glob.glob(f"{args.build_dir}/*/{solution.stem}-*")
+    row: dict[str, Any] = {"problem": problem.stem, "build_dir": built[0] if built else None}
+    try:
         if built:  # the environment the harness's worker built in, so nothing builds again
             toolchain.prepare_environment(Path(built[0]), arch)
-        try:
-            pair = (problem, solution, row["build_dir"], device, args.trials)
-            row.update(_one_pair(kb_eval, kb_timing, *pair))
-        except Exception as err:  # a failure is this pair's row, not the end of the run
-            row["error"] = f"{type(err).__name__}: {err}"[:500]
-        print(json.dumps(row), flush=True)
-        with open(args.out, "a") as log:
-            log.write(json.dumps(row) + "\n")
+        pair = (problem, solution, row["build_dir"], device, args.trials, not args.no_timing)
+        row.update(_one_pair(kb_eval, kb_timing, *pair))
+    except Exception as err:  # a failure is this pair's row, not the end of the run
+        row["error"] = first_line(err)
+    return row
 
 
 def _one_pair(
@@ -109,19 +194,23 @@ def _one_pair(
     build: str | None,
     device: Any,
     trials: int,
+    timing: bool = True,
 ) -> dict[str, Any]:
     """eval_kernel_against_ref's steps on one pair, with KernelBench's own functions."""
     import torch
 
-    model, get_init_inputs, drawn_on_host = kb_eval.load_original_model_and_inputs(
-        problem.read_text(), {}
-    )
+    loaded = kb_eval.load_original_model_and_inputs(problem.read_text(), {})
+    if loaded is None:
+        raise RuntimeError("KernelBench could not load the problem (its load returned None)")
+    model, get_init_inputs, drawn_on_host = loaded
 
     def get_inputs() -> Any:  # drawn on the GPU, as the harness draws them (harness.inputs)
         with torch.device(device):
             return drawn_on_host()
 
     model_new = kb_eval.load_custom_model(solution.read_text(), {}, build)
+    if model_new is None:
+        raise RuntimeError("KernelBench could not load ModelNew (a syntax error, or none defined)")
     kb_eval.set_seed(42)
     init = [kb_eval._process_input_tensor(x, device) for x in get_init_inputs()]
     with torch.no_grad():
@@ -135,7 +224,27 @@ def _one_pair(
     row: dict[str, Any] = {"correctness": bool(result.correctness)}
     if not result.correctness:
         row["metadata"] = {k: str(v)[:300] for k, v in result.metadata.items()}
+        if "runtime_error" in result.metadata:  # what ModelNew raised, as KernelBench caught it
+            message = str(result.metadata["runtime_error"]).strip().splitlines() or [""]
+            row["error"] = f"{result.metadata.get('runtime_error_name')}: {message[0]}"[:300]
         return row
+    if timing:
+        row.update(_timing(kb_eval, kb_timing, reference, new, get_inputs, device, trials))
+    return row
+
+
+def _timing(
+    kb_eval: Any,
+    kb_timing: Any,
+    reference: Any,
+    new: Any,
+    get_inputs: Any,
+    device: Any,
+    trials: int,
+) -> dict[str, Any]:
+    """time_execution_with_cuda_event on the new model, then the reference: every trial, the
+    means (as KernelBench rounds them, and unrounded), the medians and the speedup."""
+    row: dict[str, Any] = {}
     for name, timed in (("runtime", new), ("ref_runtime", reference)):
         kb_eval.set_seed(42)
         inputs = [kb_eval._process_input_tensor(x, device) for x in get_inputs()]
@@ -236,6 +345,12 @@ def main(argv: list[str] | None = None) -> None:
     for name in ("checkout", "problems", "solutions", "build_dir", "out"):
         step.add_argument(name)
     step.add_argument("--trials", type=int, default=100, help="KernelBench's num_perf_trials")
+    step.add_argument(
+        "--no-timing", action="store_true", help="KernelBench's correctness check alone"
+    )
+    step.add_argument(
+        "--resume", action="store_true", help="skip the problems already in OUT.jsonl"
+    )
     step = steps.add_parser("table")
     for name in ("kb", "profile", "default"):
         step.add_argument(name)

@@ -84,7 +84,7 @@ def test_new_records_write_back_the_json_they_were_read_from(
 
 
 # Settings added since those records were written: they read with their defaults.
-SETTINGS_ADDED = {"ncu": False, "compile_cuda": False}  # issues 12 and 15
+SETTINGS_ADDED = {"ncu": False, "compile_cuda": False, "strict_audit": False}  # 12, 15, 43
 CHECKING_ADDED = {  # issues 15 and 21
     "case": None,
     "check_only": False,

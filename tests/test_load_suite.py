@@ -21,7 +21,7 @@ from harness.errors import Verdict
 from harness.inputs import make_inputs
 from harness.loading import Case, Problem, import_file, load_problem
 from harness.matching import DTYPE_DEFAULT, mismatch, tolerance
-from harness.measure.audit import audit_problem, rejected
+from harness.measure.audit import WARN, audit_problem
 from harness.measure.checking import build_models, check_once
 from harness.run.discovery import missing_model_new
 
@@ -148,7 +148,7 @@ def test_every_problem_loads_with_its_cases_and_passes_the_audit(suite: Path) ->
         assert [case.name for case in problem.cases] == ["default", "odd", "strided"]
         assert problem.atol is not None and problem.rtol is not None
         findings = audit_problem(problem, CPU)
-        assert not rejected(findings), [f.message for f in findings]
+        assert all(f.level == WARN for f in findings), [f.message for f in findings]
         ops[path.stem.split("_")[1]] += 1
     assert len(ops) >= 8  # ops of every family
 

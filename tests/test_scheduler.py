@@ -175,8 +175,7 @@ def test_a_compile_error_stands_without_a_judge_and_order_is_kept(tmp_path: Path
     # units not yet handed to a slot (the compile error's among them until its turn); the
     # last judged has none after it: no spare worker for a next
     assert pool.slots[0].more == [3, 2, 0]
-    records = outcome[0][1]
-    assert not isinstance(records, Exception)
+    records = outcome[0].records
     assert [(r.solution, r.status) for r in records] == [
         ("good", status.OK),
         ("wrong_scale", status.INCORRECT),
@@ -227,8 +226,7 @@ def test_resume_skips_only_what_the_run_would_make_again(tmp_path: Path) -> None
     pool = FakePool()
     outcome = Scheduler(again, pool, Report(), again=True).run(toy_work("good", "raises"))
     assert pool.judged() == ["raises"] and pool.started == ["raises"]
-    records = outcome[0][1]
-    assert not isinstance(records, Exception)
+    records = outcome[0].records
     assert [r.solution for r in records] == ["good", "raises"]  # the earlier one shown too
     assert len(read(again.folder)) == 3
     other = FakePool()  # more trials: another run, judged again

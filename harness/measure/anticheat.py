@@ -32,6 +32,7 @@ from typing import Any
 import torch
 
 from harness import rules, status
+from harness.blocks import blocks
 from harness.errors import Verdict
 from harness.matching import EXACT, mismatch
 
@@ -61,11 +62,18 @@ def poison(device: torch.device, sizes: Iterable[int]) -> None:
     """Fill freed memory of these byte sizes with POISON_BYTE: allocate, fill and free a block
     of each size, so the allocator hands those blocks out next (torch's caching allocator on
     CUDA picks the same best-fitting block for the same size)."""
-    blocks = [
-        torch.full((max(int(size), 1),), POISON_BYTE, dtype=torch.uint8, device=device)
-        for size in sorted(set(sizes))
-    ]
-    del blocks
+    held = []
+    for size in sorted(set(sizes)):
+        try:
+            held.append(
+                torch.full((max(int(size), 1),), POISON_BYTE, dtype=torch.uint8, device=device)
+            )
+        except torch.OutOfMemoryError:  # poison what fits: the rest of the device is in use
+            print(
+                f"anticheat: no room to poison a block of {size} bytes; the larger ones unpoisoned"
+            )
+            break
+    del held
 
 
 def output_sizes(value: Any) -> list[int]:
@@ -80,7 +88,8 @@ def poison_note(actual: Any) -> str:
         width = INT_OF_WIDTH.get(tensor.element_size())
         if width is None or tensor.device.type == "meta" or tensor.is_complex():
             continue
-        count += int((tensor.detach().view(width) == _all_ones(width)).sum())
+        words = tensor.detach().view(width)
+        count += sum(int((words[i] == _all_ones(width)).sum()) for i in blocks(words.shape))
     if not count:
         return ""
     return (
@@ -133,12 +142,12 @@ def watched_call(model: Any, inputs: list[Any], device: torch.device, label: str
             )
         stream.synchronize()
     require_plain(output, label)
-    snapshot = [t.detach().clone() for t in tensors_in(output)]
+    snapshot = [_snapshot(t) for t in tensors_in(output)]
     wait_for_all(device, threads)
     for index, (before, after) in enumerate(zip(snapshot, tensors_in(output), strict=True)):
         if after.device.type == "meta":
             continue  # no data to change (and the comparison will say it is on the wrong device)
-        if mismatch(before, after, EXACT):
+        if _changed(before, after):
             raise reject(
                 "late_work",
                 f"{label}: output {index} changed after the call returned (work on another "
@@ -146,6 +155,35 @@ def watched_call(model: Any, inputs: list[Any], device: torch.device, label: str
                 "stream before returning",
             )
     return Call(inputs, output)
+
+
+SNAPSHOT_BYTES = 1 << 30  # an output up to this size is copied to see late work; above, summed
+
+
+def _snapshot(output: torch.Tensor) -> torch.Tensor | tuple[int, ...]:
+    """What `_changed` compares the output with after every stream and thread is waited for:
+    a copy, or for an output above SNAPSHOT_BYTES the fingerprint of its elements (bounded
+    memory; it changes when the elements do, see `fingerprint`)."""
+    if output.numel() * output.element_size() <= SNAPSHOT_BYTES or output.is_complex():
+        return output.detach().clone()
+    return element_fingerprint(output)
+
+
+def _changed(before: torch.Tensor | tuple[int, ...], after: torch.Tensor) -> bool:
+    if isinstance(before, torch.Tensor):
+        return mismatch(before, after, EXACT) is not None
+    return element_fingerprint(after) != before
+
+
+def element_fingerprint(tensor: torch.Tensor) -> tuple[int, ...]:
+    """`fingerprint` of a tensor's own elements (not the rest of its storage), a block at a
+    time; for a tensor of a width INT_OF_WIDTH has."""
+    words = tensor.detach().view(INT_OF_WIDTH[tensor.element_size()])
+    total = torch.zeros(2, dtype=torch.int64, device=tensor.device)
+    for index in blocks(words.shape):
+        chunk = words[index].to(torch.int64)
+        total += torch.stack([chunk.sum(), (chunk * chunk).sum()])
+    return tuple(total.tolist())
 
 
 def wait_for_all(device: torch.device, threads_before: set[threading.Thread]) -> None:
@@ -212,7 +250,10 @@ def same_bytes(a: torch.Tensor, b: torch.Tensor) -> bool:
     """Whether two tensors' whole storages hold the same bytes (NaN-safe, padding included)."""
     if a.device.type == "meta" or b.device.type == "meta":
         return True
-    return torch.equal(_bytes(a), _bytes(b).to(a.device))
+    first, second = _bytes(a), _bytes(b).to(a.device)
+    if first.shape != second.shape:
+        return False
+    return all(torch.equal(first[i], second[i]) for i in blocks(first.shape))
 
 
 def _bytes(tensor: torch.Tensor) -> torch.Tensor:

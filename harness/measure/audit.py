@@ -1,13 +1,19 @@
-"""Audit a problem before it is run: reject a problem that a wrong solution could pass.
+"""Audit a problem before it is run: say where a wrong solution could pass it.
 
 A correctness check is only as strong as the reference's outputs. If they are all but zero, a
 solution returning zeros passes; if they are one constant, returning that constant passes; if
-they do not change with the seed, returning a memorised output passes; if every case has the
+they do not change with the seed, returning a memorised output passes (the inputs ignore the
+seed, or the output moves less than the tolerance when they change); if every case has the
 same input shape, a solution hard-coded to that shape passes; if they change with torch's
-random seed alone (Dropout in training mode), no honest kernel can match them. The audit runs
-the reference (never a solution) the way harness/checking.py does, in the mode its constructor
-left it and with torch seeded before each call, and says which of these holds, each with how to
-fix the problem file.
+random seed alone (Dropout in training mode), a kernel matches them only by drawing PyTorch's
+random numbers in its order. The audit runs the reference (never a solution) the way
+harness/checking.py does, in the mode its constructor left it and with torch seeded before each
+call, and says which of these holds, each with how to fix the problem file.
+
+Such a problem is still judged (its findings are WEAK: the run names them, and flags its rows,
+harness.run.auditing); only a reference that fails refuses the problem (REJECT), and under
+--strict-audit the weaknesses in STRICT_REFUSES too. The checks hold at most two outputs at a
+time and compare them a block at a time (harness.blocks), so any output the device holds fits.
 
 The value checks (zero_passes, constant, seed_independent) judge the default case, on every
 seed: every problem has it, it is also the first benchmark (so a shortcut there would be timed
@@ -32,35 +38,57 @@ from harness.matching import (
     DTYPE_DEFAULT,
     Tolerance,
     describe_tolerance,
-    leaves,
+    excess,
     mismatch,
     tolerance,
 )
-from harness.measure import modes
+from harness.measure import anticheat, modes
 from harness.measure.checking import call, describe_error
+from harness.measure.trivial import (
+    constant,
+    expanded,
+    first_values,
+    format_value,
+    has_values,
+    max_abs,
+    supported,
+    zeros,
+)
+from harness.record import Finding
 
-REJECT = "reject"  # the problem is not worth solving: the run stops
-WARN = "warn"  # the problem is weaker than it could be: the run goes on
+REJECT = "reject"  # the problem cannot be judged (its reference fails): the run refuses it
+WEAK = "weak"  # a wrong solution could pass it: it is judged, and its rows are flagged
+WARN = "warn"  # the problem is weaker than it could be: said on the console, nothing more
+# The weaknesses a run refuses under --strict-audit (what it refused before it judged them)
+STRICT_REFUSES = frozenset({"zero_passes", "constant", "seed_independent", "insensitive", "random"})
 RANDOM_SEED_STEP = 1_000_003  # torch's seed for the run that tells a random reference
 Shapes = tuple[tuple[int, ...], ...]  # the shapes of a case's tensor inputs, in order
 
 
 @dataclass(frozen=True)
-class Finding:
-    """One thing wrong with a problem, in one line: what is wrong and how to fix it."""
+class SeedRun:
+    """What the value checks need of one seed's output, found as it is made (so that one
+    output besides the first is held at a time)."""
 
-    level: str  # REJECT or WARN
-    check: str  # zero_passes, constant, seed_independent, random, nondeterministic, one_shape,
-    # error
-    case: str | None  # the case it was found in; None for the problem as a whole
-    message: str
+    judged: bool  # the output is of a kind the checks can judge (`supported`)
+    zeros_pass: bool  # returning zeros would pass
+    peak: float  # the largest finite |value|
+    zero_excess: float  # ... as a share of what the tolerance allows there (`excess`)
+    fill: Any  # each tensor's one value (`constant`), 0-d
+    near_constant: bool  # returning `fill` would pass
+    constant_excess: float
+    same_as_first: bool  # returning the first seed's output would pass
+    first_excess: float
+    same_inputs: bool  # the inputs are the first seed's, bit for bit
 
 
 @dataclass(frozen=True)
 class CaseRun:
-    """The reference run on one case: an output per seed, the input shapes, a rerun's report."""
+    """The reference run on one case: the first seed's output, what the value checks need of
+    each seed's, the input shapes, a rerun's report."""
 
-    outputs: list[Any]
+    first: Any
+    seeds: list[SeedRun]
     shapes: Shapes
     rerun_report: str | None  # mismatch() of a second run on the first seed's inputs
     random_report: str | None = None  # ... of a run on them with torch seeded otherwise
@@ -99,7 +127,7 @@ def audit_problem(
         if run.rerun_report:
             findings.append(
                 Finding(
-                    WARN,
+                    WEAK,
                     "nondeterministic",
                     case.name,
                     f"two runs of the reference on the same inputs (seed {seeds[0]}) differ: "
@@ -109,7 +137,7 @@ def audit_problem(
             )
         if index == 0:
             default_shapes = run.shapes
-            finding = judge_values(case.name, run.outputs, seeds, allowed)
+            finding = judge_values(case.name, run, seeds, allowed)
             if finding:
                 findings.append(finding)
         else:
@@ -161,11 +189,14 @@ def run_case(
 
     The model is built once from the first seed and then fed each seed's inputs, as a case's
     trials are. On the first seed the reference runs twice, to see whether it repeats itself.
+    Of the other seeds' outputs only what the value checks need is kept (`observe`).
     """
     seed_everything(seeds[0])  # before get_init_inputs too: it may draw weights at random
     init_inputs = attempt("get_init_inputs()", make_init_inputs, case, device)
     model = attempt("Model(*init_inputs)", lambda: problem.model(*init_inputs).to(device))
-    outputs = []
+    runs: list[SeedRun] = []
+    first: Any = None
+    drawn: tuple[Any, ...] = ()
     shapes: Shapes = ()
     rerun_report = random_report = None
 
@@ -178,25 +209,56 @@ def run_case(
             inputs = attempt("get_inputs()", make_inputs, case, seed, device)
             output = run(inputs, seed)
             if seed == seeds[0]:
+                first, drawn = output, inputs_signature(inputs)
                 shapes = tuple(tuple(v.shape) for v in inputs if isinstance(v, torch.Tensor))
                 if supported(output):
                     rerun_report = mismatch(output, run(inputs, seed), allowed)
                     random_report = mismatch(output, run(inputs, seed + RANDOM_SEED_STEP), allowed)
-            outputs.append(output)
-    return CaseRun(outputs, shapes, rerun_report, random_report, modes.random_modules(model))
+            same_inputs = inputs_signature(inputs) == drawn
+            del inputs
+            runs.append(observe(output, first, same_inputs, allowed))
+            del output
+    return CaseRun(first, runs, shapes, rerun_report, random_report, modes.random_modules(model))
+
+
+def inputs_signature(inputs: list[Any]) -> tuple[Any, ...]:
+    """What tells two seeds' inputs apart: each tensor's fingerprint (harness.measure.anticheat),
+    each other input as it is."""
+    tensors = anticheat.fingerprint(inputs)
+    return (tensors, tuple(repr(v) for v in inputs if not isinstance(v, torch.Tensor)))
+
+
+def observe(output: Any, first: Any, same_inputs: bool, allowed: Tolerance) -> SeedRun:
+    """What the value checks need of one seed's `output` (`first` being the first seed's)."""
+    if not supported(output) or not has_values(output):
+        return SeedRun(False, False, 0.0, 0.0, None, False, 0.0, False, 0.0, same_inputs)
+    nothing, filled = zeros(output), constant(output)
+    spread_fill = expanded(filled, output)
+    return SeedRun(
+        judged=True,
+        zeros_pass=mismatch(output, nothing, allowed) is None,
+        peak=max_abs(output),
+        zero_excess=excess(output, nothing, allowed),
+        fill=filled,
+        near_constant=mismatch(output, spread_fill, allowed) is None,
+        constant_excess=excess(output, spread_fill, allowed),
+        same_as_first=mismatch(first, output, allowed) is None,
+        first_excess=excess(first, output, allowed),
+        same_inputs=same_inputs,
+    )
 
 
 def random_finding(case: str, run: CaseRun) -> Finding:
     """The reference's output changes with torch's seed alone: a random reference (Dropout
-    with p > 0 in training mode), which no kernel can match except by drawing PyTorch's random
-    numbers in PyTorch's order."""
+    with p > 0 in training mode), which a kernel can match only by drawing PyTorch's random
+    numbers in PyTorch's order (the checks seed torch before each call, as KernelBench does)."""
     named = ", ".join(run.random_modules) or "a random operation in forward()"
     return Finding(
-        REJECT,
+        WEAK,
         "random",
         case,
         f"the reference's output on the same inputs changes with torch's random seed ({named}, "
-        f"in training mode): {run.random_report}; a solution could match it only by drawing "
+        f"in training mode): {run.random_report}; a solution can match it only by drawing "
         "PyTorch's random numbers in PyTorch's order: call self.eval() in Model.__init__ if "
         "the problem means inference, or set p=0",
     )
@@ -211,133 +273,94 @@ def attempt(step: str, fn: Callable[..., Any], *args: Any) -> Any:
 
 
 def judge_values(
-    case: str, outputs: list[Any], seeds: tuple[int, ...], allowed: Tolerance
+    case: str, run: CaseRun, seeds: tuple[int, ...], allowed: Tolerance
 ) -> Finding | None:
-    """The strongest of zero_passes, constant and seed_independent that holds, if any.
+    """The strongest of zero_passes, constant and seed_independent (or insensitive) that holds.
 
     Each implies the next (zeros are a constant; a constant is the same on every seed), so only
-    the strongest is reported: it names the cheapest output that would pass.
+    the strongest is reported: it names the cheapest output that would pass. The last is told
+    apart by its cause: inputs that ignore the seed (seed_independent), or inputs that change
+    with it and an output that moves less than the tolerance (insensitive).
     """
-    if not all(supported(output) for output in outputs) or not has_values(outputs[0]):
+    each = run.seeds
+    if not all(seed.judged for seed in each):
         return None
     on_seeds = f"on seeds {', '.join(str(seed) for seed in seeds)}"
-    shown = describe_tolerance(allowed, outputs[0])
-    if all(mismatch(output, zeros(output), allowed) is None for output in outputs):
-        peak = max(max_abs(output) for output in outputs)
+    shown = describe_tolerance(allowed, run.first)
+    if all(seed.zeros_pass for seed in each):
+        peak = max(seed.peak for seed in each)
+        share = max(seed.zero_excess for seed in each)
         return Finding(
-            REJECT,
+            WEAK,
             "zero_passes",
             case,
             f"every value is within the tolerance of zero {on_seeds} (max |value| {peak:.3g}, "
-            f"tolerance {shown}), so returning zeros passes: use larger inputs or values, "
+            f"{_share(share, shown)}), so returning zeros passes: use larger inputs or values, "
             "or a tighter ATOL",
         )
-    fills = [constant(output) for output in outputs]
-    each_seed = zip(outputs, fills, strict=True)
-    near_constant = all(mismatch(output, fill, allowed) is None for output, fill in each_seed)
-    if near_constant and all(mismatch(fills[0], fill, allowed) is None for fill in fills[1:]):
+    fills = [seed.fill for seed in each]
+    if all(seed.near_constant for seed in each) and all(
+        mismatch(fills[0], fill, allowed) is None for fill in fills[1:]
+    ):
         values = ", ".join(format_value(value) for value in first_values(fills[0]))
+        share = max(seed.constant_excess for seed in each)
         return Finding(
-            REJECT,
+            WEAK,
             "constant",
             case,
-            f"the output is the constant {values} {on_seeds} (within {shown}), so "
-            "returning that constant passes: choose inputs that the output depends on",
+            f"the output is the constant {values} {on_seeds} (it strays from it by at most "
+            f"{_share(share, shown)}), so returning that constant passes: choose inputs that "
+            "the output depends on",
         )
-    if all(mismatch(outputs[0], output, allowed) is None for output in outputs[1:]):
+    if not all(seed.same_as_first for seed in each[1:]):
+        return None
+    if all(seed.same_inputs for seed in each):
         return Finding(
-            REJECT,
+            WEAK,
             "seed_independent",
             case,
-            f"the output is the same {on_seeds} (within {shown}): the inputs ignore the "
-            "seed, so a solution could return a memorised output: draw them from torch, numpy "
-            "or random (torch.randn, say)",
+            f"the inputs are the same {on_seeds}: they ignore the seed, so a solution could "
+            "return a memorised output: draw them from torch, numpy or random (torch.randn, "
+            "say)",
         )
-    return None
-
-
-def supported(output: Any) -> bool:
-    """Whether the audit can judge `output`: a tensor, a number, or a tuple or list of them."""
-    if isinstance(output, (tuple, list)):
-        return all(supported(item) for item in output)
-    return isinstance(output, (torch.Tensor, bool, int, float))
-
-
-def has_values(output: Any) -> bool:
-    """False when `output` holds no element at all (every tensor empty): nothing to judge."""
-    return any(not isinstance(leaf, torch.Tensor) or leaf.numel() > 0 for leaf in leaves(output))
-
-
-def replace_leaves(output: Any, fn: Callable[[Any], Any]) -> Any:
-    """`output` with the same structure, each tensor or number `x` replaced by `fn(x)`."""
-    if isinstance(output, (tuple, list)):
-        items = [replace_leaves(item, fn) for item in output]
-        return items if isinstance(output, list) else tuple(items)
-    return fn(output)
-
-
-def zeros(output: Any) -> Any:
-    """What a solution returning zeros would return: same structure, shapes and dtypes."""
-    return replace_leaves(
-        output, lambda x: torch.zeros_like(x) if isinstance(x, torch.Tensor) else type(x)(0)
+    share = max(seed.first_excess for seed in each[1:])
+    return Finding(
+        WEAK,
+        "insensitive",
+        case,
+        f"the inputs change with the seed but the output barely does: {on_seeds} it moves "
+        f"by at most {_share(share, shown)}, so a solution could return a memorised output: "
+        "make the output depend more on the inputs, or tighten ATOL/RTOL",
     )
 
 
-def constant(output: Any) -> Any:
-    """Each tensor filled with one value: its mean if floating, its most common value if not."""
-    return replace_leaves(output, fill)
+def _share(share: float, shown: str) -> str:
+    """A share of what the tolerance allows, as the findings say it: '0.31x what the
+    tolerance atol=0.0001 rtol=0.0001 allows' (1x is its edge)."""
+    what = "exact equality" if shown == "exact equality" else f"the tolerance {shown}"
+    return f"{share:.2g}x what {what} allows"
 
 
-def fill(x: Any) -> Any:
-    if not isinstance(x, torch.Tensor):
-        return x  # a number is its own constant: whether it changes is judged across seeds
-    if x.numel() == 0:
-        return x.clone()
-    if x.is_floating_point() or x.is_complex():
-        mean = x.mean() if x.is_complex() else x.to(torch.float64).mean()
-        return torch.full_like(x, mean.item())
-    values, counts = torch.unique(x, return_counts=True)
-    return torch.full_like(x, values[counts.argmax()].item())
+def refused(findings: list[Finding], strict: bool = False) -> bool:
+    """Whether the findings refuse the problem: its reference fails, or, with `strict`
+    (--strict-audit), a weakness that a trivial answer passes (STRICT_REFUSES)."""
+    return any(finding_refuses(finding, strict) for finding in findings)
 
 
-def first_values(output: Any) -> list[Any]:
-    """The first element of each non-empty tensor, and each number: a fill's values."""
-    return [
-        leaf.flatten()[0].item() if isinstance(leaf, torch.Tensor) else leaf
-        for leaf in leaves(output)
-        if not isinstance(leaf, torch.Tensor) or leaf.numel() > 0
-    ]
-
-
-def format_value(value: Any) -> str:
-    return f"{value:.6g}" if isinstance(value, (float, complex)) else str(value)
-
-
-def max_abs(output: Any) -> float:
-    """The largest finite |value| in `output` (0 when there is none)."""
-    peak = 0.0
-    for leaf in leaves(output):
-        x = leaf.detach() if isinstance(leaf, torch.Tensor) else torch.tensor(leaf)
-        if x.is_complex():
-            x = torch.view_as_real(x)
-        x = x.to(torch.float64).abs()
-        x = x[torch.isfinite(x)]
-        if x.numel():
-            peak = max(peak, x.max().item())
-    return peak
-
-
-def rejected(findings: list[Finding]) -> bool:
-    """Whether any finding rejects the problem."""
-    return any(finding.level == REJECT for finding in findings)
+def finding_refuses(finding: Finding, strict: bool = False) -> bool:
+    return finding.level == REJECT or (strict and finding.check in STRICT_REFUSES)
 
 
 def render_findings(problem_name: str, findings: list[Finding]) -> str:
-    """Lines for the CLI: '<name>: ok', or one line per finding, rejects first."""
+    """Lines for the CLI: '<name>: ok', or one line per finding, rejects first, then
+    weaknesses."""
     if not findings:
         return f"{problem_name}: ok"
     lines = []
-    for finding in sorted(findings, key=lambda f: f.level != REJECT):
+    for finding in sorted(findings, key=lambda f: LEVELS.index(f.level)):
         where = f" (case {finding.case!r})" if finding.case is not None else ""
         lines.append(f"{problem_name}: {finding.level} {finding.check}{where}: {finding.message}")
     return "\n".join(lines)
+
+
+LEVELS = (REJECT, WEAK, WARN)

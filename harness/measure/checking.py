@@ -28,7 +28,7 @@ from typing import Any
 import torch
 
 from harness import accuracy, status
-from harness.errors import Verdict
+from harness.errors import HarnessError, Verdict
 from harness.inputs import (
     Seeds,
     make_init_inputs,
@@ -193,13 +193,35 @@ def criterion(
 ) -> Differs:
     """How an output is compared with the reference's on `inputs`: the harness's tolerance and
     accuracy rule, or KernelBench's allclose under `--as kernelbench`."""
-    if checking.profile == kernelbench.PROFILE:
-        return lambda expected, actual: kernelbench.mismatch(
-            expected, actual, checking.kernelbench_tolerance
+    if checking.profile == kernelbench.PROFILE and case is problem.cases[0]:
+        return harness_run(
+            lambda expected, actual: kernelbench.mismatch(
+                expected, actual, checking.kernelbench_tolerance
+            )
         )
     allowed = tolerance(problem, case, checking.tolerance)
     exact = accuracy.Exact(reference, inputs, device)  # run only if the tolerance rejects
-    return lambda expected, actual: mismatch(expected, actual, allowed, exact)
+    return harness_run(lambda expected, actual: mismatch(expected, actual, allowed, exact))
+
+
+def harness_run(differs: Differs) -> Differs:
+    """`differs`, whose failure is the harness's (HarnessError: an output too large for its
+    comparison's memory, say), never the solution's; except a CUDA error other than running
+    out of memory, which only a fault of the solution's kernels leaves in the context."""
+
+    def compared(expected: Any, actual: Any) -> str | None:
+        try:
+            return differs(expected, actual)
+        except Exception as err:
+            oom = isinstance(err, (torch.OutOfMemoryError, MemoryError))
+            if not oom and isinstance(err, RuntimeError) and "CUDA" in str(err):
+                raise
+            traceback.print_exc()
+            raise HarnessError(
+                f"the harness's comparison of the outputs failed: {describe_error(err)}"
+            ) from err
+
+    return compared
 
 
 def solution_call(

@@ -36,6 +36,8 @@ from typing import Any
 
 import torch
 
+from harness.blocks import Index, blocks
+from harness.matching import Tally, differ
 from harness.measure.timing import Call, Sampled, prepare_call
 from harness.measurement import Measurement
 from harness.settings import KERNELBENCH
@@ -78,14 +80,18 @@ def mismatch(
         return f"{where}: dtype {actual.dtype}, expected {expected.dtype} (allclose refuses it)"
     tol = tolerance(expected.dtype, override)
     expected, actual = expected.detach(), actual.detach().to(expected.device)  # where it lives
-    if torch.allclose(expected, actual, atol=tol, rtol=tol):
+
+    def outside(index: Index, e: torch.Tensor, a: torch.Tensor) -> torch.Tensor:
+        return ~torch.isclose(e, a, atol=tol, rtol=tol)  # allclose(expected, actual)'s test
+
+    if not differ(expected, actual, outside):  # a block at a time: any size fits
         return None
-    bad = ~torch.isclose(actual, expected, atol=tol, rtol=tol)
-    count = int(bad.sum())
-    diff = (actual.double() - expected.double()).abs()
-    finite = torch.isfinite(diff)
-    largest = f"{diff[finite].max().item():.3g}" if finite.any() else "nan"
-    first = bad.nonzero()[0].tolist() if count else []
+    tally = Tally()
+    for block in blocks(expected.shape):
+        e, a = expected[block], actual[block]
+        tally.add(block, e, a, outside(block, e, a))
+    largest = "nan" if tally.max_abs is None else f"{tally.max_abs:.3g}"
+    first = tally.positions[0] if tally.positions else []
     shown = (
         f"; first at {first}: expected {expected[tuple(first)].item():.6g} got "
         f"{actual[tuple(first)].item():.6g}"
@@ -93,7 +99,7 @@ def mismatch(
         else ""
     )
     return (
-        f"{where}: {count} of {bad.numel()} elements fail KernelBench's allclose "
+        f"{where}: {tally.bad} of {expected.numel()} elements fail KernelBench's allclose "
         f"(atol = rtol = {tol:g}, NaN never equal); max abs err {largest}{shown}"
     )
 

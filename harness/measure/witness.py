@@ -20,7 +20,7 @@ import torch
 
 from harness import codec
 from harness.inputs import Seeds, make_inputs
-from harness.loading import import_file
+from harness.loading import import_file, reference_namespace
 from harness.measure.checking import build_models
 from harness.measure.worker import Job, setup
 
@@ -29,7 +29,7 @@ def count_one_call(job: Job, index: int) -> None:
     """Make benchmark `index`'s call once untimed, then once between the profiler's marks."""
     settings = job.settings
     problem, device = setup(job)  # as the worker that timed it: TF32 off, the same build folder
-    model_new = import_file(Path(job.solution)).ModelNew
+    model_new = import_file(Path(job.solution), reference_namespace(job.reference)).ModelNew
     bench = problem.benchmarks[index]
     seed = Seeds.of(settings.checking).benchmark(index)
     _, model = build_models(problem, model_new, bench, seed, device)

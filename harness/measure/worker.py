@@ -40,9 +40,9 @@ from typing import Any
 import torch  # importing torch does not import its extension builder: that waits for setup
 
 from harness import files, status
-from harness.errors import UserError, Verdict
+from harness.errors import HarnessError, UserError, Verdict
 from harness.inputs import Seeds
-from harness.loading import Problem, import_file, load_problem
+from harness.loading import Problem, import_file, load_problem, reference_namespace
 from harness.measure import audit, integrity, kernelbench, profiling, roofline, sandboxed
 from harness.measure.benchmarking import time_benchmarks
 from harness.measure.builds import BuildWatcher, NoCudaToolchain
@@ -282,6 +282,8 @@ def _blame(err: BaseException, solution: Path, started: bool) -> Judged:
     """The verdict on an exception that escaped every guard: the solution's runtime error
     where its code had run and the exception is of its making (`_solution_caused`), else a
     harness failure."""
+    if isinstance(err, HarnessError):  # the harness's own machinery said it failed
+        return harness_failure(str(err))
     if started and _solution_caused(err, solution):
         return failure(status.RUNTIME_ERROR, describe_error(err))
     return harness_failure(describe_error(err))
@@ -349,10 +351,11 @@ def cuda_not_asked(device: torch.device, settings: Settings) -> str | None:
 
 def _load_solution(job: Job, device: torch.device, watcher: BuildWatcher) -> type:
     on_cpu = device.type == "cpu"
+    namespace = reference_namespace(job.reference)  # what KernelBench's one namespace gives
     try:  # one build of a solution at a time, whichever processes ask (torch's own lock
         # comes after it writes the sources)
         with files.locked(Path(os.environ["TORCH_EXTENSIONS_DIR"])):
-            module = import_file(Path(job.solution))
+            module = import_file(Path(job.solution), namespace)
     except NoCudaToolchain as err:
         detail = f"not compiled: {err}"
         raise Verdict(status.NO_GPU if on_cpu else status.COMPILE_ERROR, detail) from err
@@ -370,12 +373,9 @@ def _load_solution(job: Job, device: torch.device, watcher: BuildWatcher) -> typ
         raise Verdict(status.LOAD_ERROR, "the file defines no ModelNew class")
     if on_cpu and watcher.uses_cuda:
         built = ", ".join(b.describe() for b in watcher.builds)
-        raise Verdict(status.NO_GPU, f"{built}; not run: {_why_not_cuda()}")
+        why = "the device is cpu" if torch.cuda.is_available() else "no CUDA device"
+        raise Verdict(status.NO_GPU, f"{built}; not run: {why}")
     return model_new
-
-
-def _why_not_cuda() -> str:
-    return "the device is cpu" if torch.cuda.is_available() else "no CUDA device"
 
 
 def _device_for(requested: torch.device, watcher: BuildWatcher) -> torch.device:

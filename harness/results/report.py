@@ -61,7 +61,13 @@ def _record_row(record: RunRecord, solution: str) -> TableRow:
         run_id=record.run_id,
         own_share=record.own_share,
         reference_share=record.reference_share,
+        flags="; ".join(weak_flags(record)) or None,
     )
+
+
+def weak_flags(record: RunRecord) -> list[str]:
+    """A flag for each weakness the problem's audit found (rules.FLAGS' weak_problem)."""
+    return [f"weak problem: {finding.check}" for finding in record.weaknesses]
 
 
 def _timing_row(
@@ -96,7 +102,8 @@ def _timing_row(
     columns.update(_state_columns(bench.state))
     columns.update(_witness_columns(bench))
     row = replace(base, **columns, **asdict(busy))  # the machine's load (harness.results.load)
-    return replace(row, flags="; ".join(flagged.flags(bench, row, speedup)))
+    found = [*([base.flags] if base.flags else []), *flagged.flags(bench, row, speedup)]
+    return replace(row, flags="; ".join(found))
 
 
 def _center(bench: BenchRow) -> Any:
@@ -288,9 +295,28 @@ def render_markdown(
     picture = f"![speedup per solution and shape]({chart})\n\n" if chart else ""
     return (
         f"# {problem} on {where}\n\n"
+        f"{_weak_paragraph(latest)}"
         f"Latest result of each solution. {_method(latest)}\n\n"
         f"{markdown_table(rows)}\n\n{picture}"
         f"Newest run started {machine.time}, {env}. Raw samples: `{LOG_NAME}`.\n"
+    )
+
+
+def _weak_paragraph(latest: RunRecord | None) -> str:
+    """What the newest record's audit found weak in the problem, for the top of its page."""
+    if latest is None or not latest.weaknesses:
+        return ""
+    lines = [
+        f"- `{finding.check}`"
+        + (f" (case {finding.case!r})" if finding.case else "")
+        + f": {finding.message}"
+        for finding in latest.weaknesses
+    ]
+    return (
+        "**Weak problem**: its audit found that a wrong solution could pass it, so a verdict "
+        "here proves less (its rows are flagged; `--strict-audit` refuses such a problem):\n\n"
+        + "\n".join(lines)
+        + "\n\n"
     )
 
 

@@ -124,6 +124,17 @@ def summary_markdown(all_records: list[RunRecord]) -> str:
         "## Best per problem\n\n" + _best_table(rows, best),
         "## Over all problems\n\n" + _overall(best),
     ]
+    weak = weak_problems(latest_records(all_records))
+    if weak:
+        parts.append("## Weak problems\n\n" + _weak_table(weak))
+    refused = not_judged(latest_records(all_records))
+    if refused:
+        lines = [[problem, why] for problem, why in refused.items()]
+        table = tabulate(lines, headers=["problem", "why"], tablefmt="github")
+        parts.append(
+            "## Refused, not judged\n\nEach solution of these is recorded `problem_error` "
+            "and counts as not ok in fast_p:\n\n" + table
+        )
     if any(row.cpu for row in rows):
         parts.append(
             f"`{CPU_MARK.strip()}`: a C++ solution checked and timed on the CPU, against the "
@@ -131,6 +142,45 @@ def summary_markdown(all_records: list[RunRecord]) -> str:
             "chosen as a problem's best."
         )
     return "\n\n".join(parts) + "\n"
+
+
+def weak_problems(latest: list[RunRecord]) -> dict[str, RunRecord]:
+    """Each problem whose newest record carries weaknesses of its audit, with that record."""
+    newest: dict[str, RunRecord] = {}
+    for record in latest:
+        if record.problem not in newest or record.time > newest[record.problem].time:
+            newest[record.problem] = record
+    return {name: record for name, record in sorted(newest.items()) if record.weaknesses}
+
+
+def not_judged(latest: list[RunRecord]) -> dict[str, str]:
+    """Each problem whose solutions were all refused with it, with why (their detail)."""
+    by_problem: dict[str, list[RunRecord]] = {}
+    for record in latest:
+        by_problem.setdefault(record.problem, []).append(record)
+    return {
+        name: records[0].detail.removeprefix(REFUSED)
+        for name, records in sorted(by_problem.items())
+        if all(r.status == status.PROBLEM_ERROR and r.detail.startswith(REFUSED) for r in records)
+    }
+
+
+REFUSED = "not judged: "  # the detail of a solution of a problem the run refused
+
+
+def _weak_table(weak: dict[str, RunRecord]) -> str:
+    lines = [
+        [problem, finding.check, finding.message]
+        for problem, record in weak.items()
+        for finding in record.weaknesses
+    ]
+    table = tabulate(
+        lines, headers=["problem", "weakness", "what the audit found"], tablefmt="github"
+    )
+    return (
+        "Judged, but a wrong solution could pass these (each row of theirs is flagged "
+        "`weak problem`; `--strict-audit` refuses them instead):\n\n" + table
+    )
 
 
 def write_summary(folder: Path, all_records: list[RunRecord]) -> Path:
@@ -154,9 +204,14 @@ def _header(
     versions = (("torch", machine.torch), ("cuda", machine.cuda), ("driver", machine.driver))
     env = ", ".join(f"{key} {value}" for key, value in versions if value)
     commits = sorted({r.machine.commit or "?" for r in latest})
+    weak, refused = len(weak_problems(latest)), not_judged(latest)
+    accounted = f"{len(best) - len(refused)} judged ({weak} of them weak)"
+    if refused:
+        accounted += f", {len(refused)} refused and not judged"
     return (
         f"# Summary on {where}\n\n"
-        f"Latest result of each of {len(rows)} solution(s) of {len(best)} problem(s). "
+        f"Latest result of each of {len(rows)} solution(s) of {len(best)} problem(s): "
+        f"{accounted}. "
         "score: the geometric mean, over the solution's benchmark shapes, of its speedup over "
         "eager PyTorch (ok solutions only); vs compile: the same over the torch.compile'd "
         "reference, where every shape has it. A problem's best is its ok solution with the "

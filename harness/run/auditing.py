@@ -21,6 +21,7 @@ from harness.loading import Problem
 from harness.measure import audit
 from harness.measure.judged import Judged
 from harness.measure.worker import Job
+from harness.record import Finding
 from harness.run import replay
 from harness.run.discovery import ProblemSource
 from harness.run.progress import Progress
@@ -60,32 +61,39 @@ class Auditing:
         if result.ok:  # a harness failure is never ok
             self._audited.update(result.audits or {})
 
-    def check(self, source: ProblemSource, problem: Problem, run_job: RunJob) -> None:
-        """Refuse a problem that a zero, constant or memorised answer would pass; say its
-        warnings."""
+    def check(
+        self, source: ProblemSource, problem: Problem, run_job: RunJob
+    ) -> tuple[Finding, ...]:
+        """The problem's weaknesses (a wrong solution could pass it: the run judges it and
+        flags its rows), each said once on the console; a UserError refuses a problem whose
+        reference fails, or under --strict-audit one that a trivial answer passes."""
         if not self.settings.audit:
-            return
+            return ()
         findings = self.findings(source, problem, run_job)
-        for finding in findings:
-            if finding.level != audit.WARN:
-                continue
-            if finding.check == "one_shape" and len(problem.cases) == 1:  # it declares no CASES
-                self._note_default_shapes_only()
-                continue
-            self.progress.note(f"{source.name}: audit warning: {finding.message}")
-        rejects = [f for f in findings if f.level == audit.REJECT]
-        if rejects:
+        strict = self.settings.strict_audit
+        refusals = [f for f in findings if audit.finding_refuses(f, strict)]
+        if refusals:
             audit_it = shlex.join(
                 ["python", "run.py", "--audit", "--problem", replay.problem_arg(source)]
             )
+            why = "its reference fails" if refusals[0].level == audit.REJECT else "--strict-audit"
             raise UserError(
-                f"problem {source.name!r} fails its audit ({rejects[0].check}): "
-                f"{rejects[0].message} (all findings: {audit_it}; --no-audit runs it anyway)"
+                f"problem {source.name!r} fails its audit ({refusals[0].check}, {why}): "
+                f"{refusals[0].message} (all findings: {audit_it}; --no-audit runs it anyway)"
             )
+        for finding in findings:
+            if finding.level == audit.WEAK:
+                self.progress.note(
+                    f"{source.name}: weak problem ({finding.check}): {finding.message}; "
+                    "judged, its rows flagged (--strict-audit refuses such a problem)"
+                )
+            elif finding.check == "one_shape" and len(problem.cases) == 1:  # it declares no CASES
+                self._note_default_shapes_only()
+            else:
+                self.progress.note(f"{source.name}: audit warning: {finding.message}")
+        return tuple(f for f in findings if f.level == audit.WEAK)
 
-    def findings(
-        self, source: ProblemSource, problem: Problem, run_job: RunJob
-    ) -> list[audit.Finding]:
+    def findings(self, source: ProblemSource, problem: Problem, run_job: RunJob) -> list[Finding]:
         """The audit's findings on `problem`: on a CPU here, on a GPU from `audit_all`'s
         worker or else a worker of its own (`run_job`)."""
         if self.device.type == "cpu":

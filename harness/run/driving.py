@@ -19,6 +19,7 @@ from harness.settings import REPO
 if TYPE_CHECKING:
     from harness.record import RunRecord
     from harness.run.discovery import ProblemSource
+    from harness.run.scheduler import Judging
     from harness.run.session import Session
 
 PROBLEMS_DIR = REPO / "problems"
@@ -26,8 +27,9 @@ SOLUTIONS_DIR = REPO / "solutions"
 Work = list[tuple["ProblemSource", list[Path]]]
 
 
-def chosen_problems(args: argparse.Namespace) -> Work:
-    """The problems to run, each with the solution files to run on it."""
+def chosen_problems(args: argparse.Namespace) -> tuple[Work, list[str]]:
+    """The problems to run, each with the solution files to run on it; and the problems of a
+    sweep that have no solution (there is nothing of theirs to judge)."""
     from harness.run.discovery import (
         given_solutions,
         list_problems,
@@ -42,23 +44,23 @@ def chosen_problems(args: argparse.Namespace) -> Work:
         if missing:
             shown = ", ".join(missing[:5]) + (" ..." if len(missing) > 5 else "")
             print(f"note: no solutions in {solutions} for {len(missing)} problem(s): {shown}")
-        return [(s, list(s.solutions)) for s in sources if s.solutions]
+        return [(s, list(s.solutions)) for s in sources if s.solutions], missing
     if args.all:
         sources = [
             resolve_problem(n, PROBLEMS_DIR, SOLUTIONS_DIR) for n in list_problems(PROBLEMS_DIR)
         ]
         if not sources:
             raise UserError(f"no problems found under {PROBLEMS_DIR}")
-        return [(s, list(s.solutions)) for s in sources]
+        return [(s, list(s.solutions)) for s in sources], []
     source = resolve_problem(args.problem, PROBLEMS_DIR, SOLUTIONS_DIR)
     if args.solution:
-        return [(source, given_solutions(args.solution, source))]
+        return [(source, given_solutions(args.solution, source))], []
     if not source.solutions:
         raise UserError(
             f"problem {source.name!r} has no solutions: add a .py file defining ModelNew to "
             f"{SOLUTIONS_DIR / source.name}/ or pass --solution PATH"
         )
-    return [(source, list(source.solutions))]
+    return [(source, list(source.solutions))], []
 
 
 def run_all(args: argparse.Namespace, resolve: Any) -> int:
@@ -68,7 +70,7 @@ def run_all(args: argparse.Namespace, resolve: Any) -> int:
     from harness.run import sandboxing
     from harness.run.session import Session
 
-    work = chosen_problems(args)
+    work, unsolved = chosen_problems(args)
     recording = args.recording and not args.build_only
     jobs = local.build_jobs(args.build_jobs)
     if args.ray:
@@ -86,7 +88,7 @@ def run_all(args: argparse.Namespace, resolve: Any) -> int:
     if args.build_only:
         return build_work(session, work, pool)
     sweep = bool(args.problems or args.ray or len(pool.slots) > 1)
-    return run_work(session, work, pool, sweep=sweep, again=args.resume)
+    return run_work(session, work, pool, sweep=sweep, again=args.resume, unsolved=unsolved)
 
 
 def build_work(session: Session, work: Work, pool: Any) -> int:
@@ -123,11 +125,17 @@ def build_work(session: Session, work: Work, pool: Any) -> int:
 
 
 def run_work(
-    session: Session, work: Work, pool: Any = None, sweep: bool = False, again: bool = False
+    session: Session,
+    work: Work,
+    pool: Any = None,
+    sweep: bool = False,
+    again: bool = False,
+    unsolved: list[str] | None = None,
 ) -> int:
     """Judge `work` with `pool` (default: this host's, on the session's device), print the
     results, and return the exit status. A `sweep` shows one bar for the whole run and ends
-    with its summary; `again` is --resume."""
+    with its summary, which counts `unsolved` (problems given without a solution) too;
+    `again` is --resume."""
     from harness.run import pool as local
     from harness.run.reporting import Report, SweepReport
     from harness.run.scheduler import Scheduler
@@ -136,24 +144,29 @@ def run_work(
     report = SweepReport(len(pool.slots)) if sweep else Report.serial(session.progress)
     started = time.monotonic()
     try:
-        outcome = Scheduler(session, pool, report, again, in_order=not sweep).run(work)
+        scheduler = Scheduler(session, pool, report, again, in_order=not sweep, count_refused=sweep)
+        outcome = scheduler.run(work)
     finally:
         pool.close()
-    return finish(session, outcome, time.monotonic() - started if sweep else None)
+    return finish(session, outcome, time.monotonic() - started if sweep else None, unsolved or [])
 
 
-def finish(session: Session, outcome: list[tuple[Any, Any]], sweep_s: float | None) -> int:
-    """Print each problem's rows and the summary; the exit status."""
+def finish(
+    session: Session, outcome: list[Judging], sweep_s: float | None, unsolved: list[str]
+) -> int:
+    """Print each problem's rows and the summary; the exit status: EXIT_INPUT where a problem
+    was refused, else EXIT_FAILED where a solution did not pass."""
     from harness.results import rendering
     from harness.run.session import passed
 
     code, recorded, records = EXIT_OK, False, []
-    for source, done in outcome:
-        if isinstance(done, UserError):  # one broken problem does not stop the others
-            print(f"error: {done}", file=sys.stderr)
+    for judging in outcome:
+        done = judging.records
+        if judging.refused:  # one broken problem does not stop the others
+            print(f"error: {judging.refused}", file=sys.stderr)
             code = EXIT_INPUT
-            continue
-        show_results(session, source.name, done)
+        elif done:
+            show_results(session, judging.source.name, done)
         records += done
         recorded = recorded or (session.recording and bool(done))
         if not all(passed(r) for r in done) and code == EXIT_OK:
@@ -162,15 +175,22 @@ def finish(session: Session, outcome: list[tuple[Any, Any]], sweep_s: float | No
         written = rendering.render_summary(session.folder)
         print(f"summary across problems: {written}")
     if sweep_s is not None:
-        print(sweep_summary(records, session.run_id, sweep_s))
+        print(sweep_summary(records, session.run_id, sweep_s, outcome, unsolved))
     print(run_line(session.folder, session.run_id))
     return code
 
 
-def sweep_summary(records: list[RunRecord], run_id: str, seconds: float) -> str:
-    """The sweep in a few lines: verdicts, geomean and fast_p of each problem's best solution
-    (harness.results.summary; under --resume, earlier records count too), and the rate of
-    this run alone: problems and solutions judged per hour."""
+def sweep_summary(
+    records: list[RunRecord],
+    run_id: str,
+    seconds: float,
+    outcome: list[Judging] | None = None,
+    unsolved: list[str] | None = None,
+) -> str:
+    """The sweep in a few lines: what it was given and what became of each problem (judged,
+    weak, refused and why, without a solution), verdicts, geomean and fast_p of each
+    problem's best solution (harness.results.summary; under --resume, earlier records count
+    too), and the rate of this run alone: problems and solutions judged per hour."""
     from collections import Counter
 
     from harness.results import summary
@@ -189,6 +209,7 @@ def sweep_summary(records: list[RunRecord], run_id: str, seconds: float) -> str:
         best_line = "none timed (checked only)" if untimed else "none correct"
     lines = [
         f"sweep: {len(records)} solution(s) of {len(problems)} problem(s): {verdicts or 'none'}",
+        *(accounting(records, outcome, unsolved or []) if outcome is not None else []),
         f"  best per problem: {best_line}",
     ]
     if len(now) < len(records):
@@ -206,6 +227,25 @@ def sweep_summary(records: list[RunRecord], run_id: str, seconds: float) -> str:
         lines.append(f"  workers' time: {split}")
         lines.append(f"  per solution, median: {phase_medians(now)}")
     return "\n".join(lines)
+
+
+def accounting(records: list[RunRecord], outcome: list[Judging], unsolved: list[str]) -> list[str]:
+    """Lines that account for every problem the sweep was given: judged (and how many of those
+    weak), refused (each with why), without a solution."""
+    refused = [j for j in outcome if j.refused]
+    weak = sorted({r.problem for r in records if r.weaknesses})
+    given = len(outcome) + len(unsolved)
+    lines = [
+        f"  given {given} problem(s): {len(outcome) - len(refused)} judged ({len(weak)} weak, "
+        f"their rows flagged), {len(refused)} refused, {len(unsolved)} without a solution"
+    ]
+    if weak:
+        checks = {r.problem: r.weaknesses[0].check for r in records if r.weaknesses}
+        lines.append("  weak: " + ", ".join(f"{name} ({checks[name]})" for name in weak))
+    lines += [f"  refused: {j.source.name}: {j.refused}" for j in refused]
+    if unsolved:
+        lines.append("  without a solution: " + ", ".join(unsolved))
+    return lines
 
 
 def phase_medians(records: list[RunRecord]) -> str:

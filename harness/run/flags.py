@@ -96,8 +96,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         parser.error("--case needs --problem (case names belong to one problem)")
     if args.solutions and not args.problems:
         parser.error("--solutions needs --problems (a sweep); for one problem use --solution")
-    if args.audit_only and not (args.problem or args.all):
-        parser.error("--audit needs --problem or --all")
+    if args.audit_only and not (args.problem or args.all or args.problems):
+        parser.error("--audit needs --problem, --all or --problems")
     if args.forget and (not args.problem or args.solution or args.audit_only):
         parser.error("--forget needs --problem, and takes no --solution or --audit")
     if not args.recording and (args.forget or args.audit_only or not (args.problem or args.all)):
@@ -162,8 +162,9 @@ def _add_actions(parser: argparse.ArgumentParser) -> None:
         "--audit",
         dest="audit_only",
         action="store_true",
-        help="with --problem or --all: only audit the problems' references (reject any whose "
-        "output a zero, constant or memorised answer would match), then exit",
+        help="with --problem, --all or --problems: only audit the problems' references (name "
+        "where a zero, constant or memorised answer would pass, refuse a failing one), then "
+        "exit",
     )
     parser.add_argument(
         "--forget",

@@ -27,10 +27,10 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from harness import status, toolchain
-from harness.errors import UserError
+from harness.errors import ProblemRefused, UserError
 from harness.loading import Problem
 from harness.measure.events import Event, OnEvent
-from harness.measure.judged import Judged
+from harness.measure.judged import Judged, failure
 from harness.measure.worker import Job
 from harness.record import RunRecord
 from harness.results.baselines import Baseline
@@ -41,7 +41,7 @@ from harness.run.session import Session, harness_checked
 
 JOIN_S = 0.5  # how often the waiting main thread wakes (for Ctrl-C)
 Work = list[tuple[ProblemSource, list[Path]]]
-Outcome = list[tuple[ProblemSource, "list[RunRecord] | UserError"]]
+Outcome = list["Judging"]
 
 
 class Slot(Protocol):
@@ -100,11 +100,16 @@ class Scheduler:
         report: Report | None = None,
         again: bool = False,
         in_order: bool = True,
+        count_refused: bool = False,
     ) -> None:
         """`again` (--resume): skip what is recorded for the same content and settings.
         `in_order`: judge the solutions in their order (each slot takes the next one and waits
-        for its build), else each as soon as it is built (a sweep)."""
+        for its build), else each as soon as it is built (a sweep). `count_refused` (a sweep):
+        record each solution of a problem refused for its own fault (ProblemRefused) as
+        `problem_error`, not judged, so that the sweep's summaries count it; else a refused
+        problem's solutions are not recorded."""
         self.session, self.pool, self.again, self.in_order = session, pool, again, in_order
+        self.count_refused = count_refused
         self.cursor = 0  # in order: the next unit to judge
         self.handed = 0  # units handed to a slot so far
         self.report = report or Report.serial(session.progress)
@@ -122,8 +127,7 @@ class Scheduler:
         self.building_only = False  # --build-only; else a build whole in the cache is not run
 
     def run(self, work: Work) -> Outcome:
-        """Judge every solution of `work`; each problem's records (in its solutions' order,
-        those recorded earlier included under --resume), or the UserError that refused it."""
+        """Judge every solution of `work`; how each problem ended (`Judging`)."""
         earlier = resume.Earlier(self.session) if self.again else None
         skipped: dict[tuple[str, Path], RunRecord] = {}
         builds: list[Future[Judged]] = []
@@ -289,14 +293,17 @@ class Scheduler:
 
     def _judge(self, unit: Unit, slot: Slot) -> None:
         prepared = self.problems[unit.source.name]
-        if isinstance(prepared, UserError):  # refused: none of its units is recorded
-            with self.lock:
-                self._count_done(unit)
-            self.report.dropped(unit)
-            return
-        problem, cases = prepared
         compiled: list[Baseline] = []
-        result = unit.result
+        cases, result = 0, unit.result
+        if isinstance(prepared, UserError):  # refused: in a sweep, recorded as not judged
+            if not (self.count_refused and isinstance(prepared, ProblemRefused)):
+                with self.lock:
+                    self._count_done(unit)
+                self.report.dropped(unit)
+                return
+            result = failure(status.PROBLEM_ERROR, f"not judged: {prepared}")
+        else:
+            problem, cases = prepared
         if result is None:
             if self.session.settings.timing.compile:
                 compiled = self._baselines(unit, problem, slot)
@@ -374,14 +381,23 @@ class Scheduler:
         outcome: Outcome = []
         for source, solutions in work:
             prepared = self.problems.get(source.name)
-            if isinstance(prepared, UserError):
-                outcome.append((source, prepared))
-                continue
             records = [
                 skipped.get((source.name, s)) or ran.get((source.name, s)) for s in solutions
             ]
-            outcome.append((source, [r for r in records if r is not None]))
+            refused = prepared if isinstance(prepared, UserError) else None
+            outcome.append(Judging(source, [r for r in records if r is not None], refused))
         return outcome
+
+
+@dataclass(frozen=True)
+class Judging:
+    """One problem of a run, as it ended: its records (in its solutions' order, those recorded
+    earlier included under --resume), and why the run refused it, if it did (its solutions are
+    then recorded as `problem_error`, not judged)."""
+
+    source: ProblemSource
+    records: list[RunRecord]
+    refused: UserError | None = None
 
 
 def _with_builds(result: Judged, built: Judged | None) -> Judged:

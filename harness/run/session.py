@@ -10,12 +10,12 @@ from pathlib import Path
 from typing import Any
 
 from harness import files, record, status, toolchain
-from harness.errors import HarnessError, UserError
+from harness.errors import HarnessError, ProblemRefused, UserError
 from harness.loading import Problem, load_problem
 from harness.measure import roofline
 from harness.measure.judged import Judged, failure
 from harness.measure.worker import Job, cuda_not_asked
-from harness.record import BenchRow, Ceiling, Machine, RunRecord
+from harness.record import BenchRow, Ceiling, Finding, Machine, RunRecord
 from harness.results import baselines, rendering, report
 from harness.results.baselines import Baseline, BaselineKey, MeasuredBy
 from harness.run import machine, ncu, replay, scan
@@ -55,6 +55,7 @@ class Session:
         self._ceiling: Ceiling | None = None
         self._reference_hashes: dict[Path, str] = {}
         self._earlier: dict[str, RunRecord] | None = None  # by content, read once (on a CPU)
+        self.weaknesses: dict[str, tuple[Finding, ...]] = {}  # by problem, from its audit
         self._check_places()
         self.auditing = Auditing(
             settings, self.progress, self._reference_job, self._reference_result
@@ -126,10 +127,18 @@ class Session:
 
     def prepare(self, source: ProblemSource, run_job: RunJob) -> tuple[Problem, int]:
         """The problem, loaded and audited once (on a GPU in a worker, by `run_job`), and how
-        many of its cases are checked."""
-        problem = load_problem(source.name, source.reference)  # a bad reference fails here, once
+        many of its cases are checked; its audit's weaknesses are kept for its records. A
+        problem of its own fault (harness.errors.ProblemRefused) or a --case it lacks
+        (UserError) is refused."""
+        try:
+            problem = load_problem(source.name, source.reference)  # a bad file fails here, once
+        except UserError as err:
+            raise ProblemRefused(str(err)) from err
         cases = self._cases(source, problem)
-        self.auditing.check(source, problem, run_job)
+        try:
+            self.weaknesses[source.name] = self.auditing.check(source, problem, run_job)
+        except UserError as err:
+            raise ProblemRefused(str(err)) from err
         return problem, cases
 
     def _cases(self, source: ProblemSource, problem: Problem) -> int:
@@ -232,6 +241,7 @@ class Session:
             reference_hash=self.reference_hash(source),
             phase_s=result.phase_s,
             parts_s=result.parts_s,
+            weaknesses=self.weaknesses.get(source.name, ()),
         )
 
     def announce(
