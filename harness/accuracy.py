@@ -262,7 +262,8 @@ class Rule:
             e, a = expected[index].to(WIDE), actual[index].to(WIDE)
             finite = torch.isfinite(e) & torch.isfinite(a) & torch.isfinite(exact[index])
             scale = self._scale(index, e)[finite]
-            kept.append(scale[(-seen) % stride :: stride] if stride > 1 else scale)
+            # a copy of the sample: a view would keep each block's whole scale alive
+            kept.append(scale[(-seen) % stride :: stride].clone() if stride > 1 else scale)
             seen += scale.numel()
         values = torch.cat(kept) if kept else torch.empty(0, dtype=WIDE)
         self.typical = values.median().item() if values.numel() else 0.0
