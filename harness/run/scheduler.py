@@ -10,10 +10,9 @@ settings (harness.run.resume).
 
 Builds must not share the host's cores with timed calls: on a CPU those are the whole call; on
 a GPU it is the host time that the per-call figures and the KernelBench profile's timer include
-(measured on the H200 on 2026-12-01: with 16 builds running, a load of 15 on 16 cores, and
-KernelBench-timer means of 5-20 us calls at 2-5 times their medians). So this host's pool stops
-every build's processes while a slot times (harness.run.holding) and judges as each is built;
-a pool that cannot (Ray's, or without /proc) judges a run that times once every build is done.
+(docs/scale.md). So this host's pool stops every build's processes while a slot times
+(harness.run.holding) and judges as each is built; a pool that cannot (Ray's, or without
+/proc) judges a run that times once every build is done.
 """
 
 from __future__ import annotations
@@ -105,11 +104,10 @@ class Scheduler:
         """`again` (--resume): skip what is recorded for the same content and settings.
         `in_order`: judge the solutions in their order (each slot takes the next one and waits
         for its build), else each as soon as it is built (a sweep). `count_refused` (a sweep):
-        record each solution of a problem refused for its own fault (ProblemRefused) as
-        `problem_error`, not judged, so that the sweep's summaries count it; else a refused
-        problem's solutions are not recorded."""
-        self.session, self.pool, self.again, self.in_order = session, pool, again, in_order
-        self.count_refused = count_refused
+        record the solutions of a problem refused for its own fault (ProblemRefused) as
+        `problem_error`, not judged, so that its summaries count them."""
+        self.session, self.pool, self.again = session, pool, again
+        self.in_order, self.count_refused = in_order, count_refused
         self.cursor = 0  # in order: the next unit to judge
         self.handed = 0  # units handed to a slot so far
         self.report = report or Report.serial(session.progress)
@@ -325,11 +323,8 @@ class Scheduler:
         recorded, and in a sweep all at its end (`_close`), the run log read once."""
         name = unit.source.name
         self.left[name] -= 1
-        if (
-            self.in_order
-            and not self.left[name]
-            and any(u.ran for u in self.units if u.source.name == name)
-        ):
+        recorded = (u.ran for u in self.units if u.source.name == name)  # read only in order
+        if self.in_order and not self.left[name] and any(recorded):
             self.session.render([name])
             self.rendered.add(name)
 
@@ -381,19 +376,16 @@ class Scheduler:
         outcome: Outcome = []
         for source, solutions in work:
             prepared = self.problems.get(source.name)
-            records = [
-                skipped.get((source.name, s)) or ran.get((source.name, s)) for s in solutions
-            ]
+            found = [skipped.get((source.name, s)) or ran.get((source.name, s)) for s in solutions]
             refused = prepared if isinstance(prepared, UserError) else None
-            outcome.append(Judging(source, [r for r in records if r is not None], refused))
+            outcome.append(Judging(source, [r for r in found if r is not None], refused))
         return outcome
 
 
 @dataclass(frozen=True)
 class Judging:
-    """One problem of a run, as it ended: its records (in its solutions' order, those recorded
-    earlier included under --resume), and why the run refused it, if it did (its solutions are
-    then recorded as `problem_error`, not judged)."""
+    """One problem of a run, as it ended: its records (in its solutions' order, --resume's
+    earlier ones too), and why the run refused it, if it did."""
 
     source: ProblemSource
     records: list[RunRecord]
@@ -401,8 +393,7 @@ class Judging:
 
 
 def _with_builds(result: Judged, built: Judged | None) -> Judged:
-    """The judge's result, with the builds its build job compiled (the judge found them in the
-    cache)."""
+    """The judge's result, with the builds its build job compiled (the judge found them)."""
     if built and any(not b.cached for b in built.builds or ()):
         return replace(result, builds=built.builds, build_s=built.build_s)
     return result
