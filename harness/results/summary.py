@@ -118,16 +118,16 @@ def summary_markdown(all_records: list[RunRecord]) -> str:
     """The summary of a run log's records as markdown: solutions, best per problem, fast_p."""
     rows = summary_rows(all_records)
     best = best_per_problem(rows)
+    latest = latest_records(all_records)
+    weak, refused = weak_problems(latest), not_judged(latest)
     parts = [
-        _header(all_records, rows, best),
+        _header(latest, rows, best, (len(weak), len(refused))),
         "## Solutions\n\n" + _solutions_table(rows, best),
         "## Best per problem\n\n" + _best_table(rows, best),
         "## Over all problems\n\n" + _overall(best),
     ]
-    weak = weak_problems(latest_records(all_records))
     if weak:
         parts.append("## Weak problems\n\n" + _weak_table(weak))
-    refused = not_judged(latest_records(all_records))
     if refused:
         lines = [[problem, why] for problem, why in refused.items()]
         table = tabulate(lines, headers=["problem", "why"], tablefmt="github")
@@ -193,21 +193,23 @@ def write_summary(folder: Path, all_records: list[RunRecord]) -> Path:
 
 
 def _header(
-    all_records: list[RunRecord],
+    latest: list[RunRecord],
     rows: list[SummaryRow],
     best: dict[str, SummaryRow | None],
+    flagged: tuple[int, int],
 ) -> str:
-    latest = latest_records(all_records)
+    """The summary's title and how to read it; `flagged`: how many problems are weak, and how
+    many were refused."""
     newest = shown.newest(latest)
     machine = newest.machine if newest else Machine()
     where = machine.gpu or f"CPU ({machine.cpu})"
     versions = (("torch", machine.torch), ("cuda", machine.cuda), ("driver", machine.driver))
     env = ", ".join(f"{key} {value}" for key, value in versions if value)
     commits = sorted({r.machine.commit or "?" for r in latest})
-    weak, refused = len(weak_problems(latest)), not_judged(latest)
-    accounted = f"{len(best) - len(refused)} judged ({weak} of them weak)"
+    weak, refused = flagged
+    accounted = f"{len(best) - refused} judged ({weak} of them weak)"
     if refused:
-        accounted += f", {len(refused)} refused and not judged"
+        accounted += f", {refused} refused and not judged"
     return (
         f"# Summary on {where}\n\n"
         f"Latest result of each of {len(rows)} solution(s) of {len(best)} problem(s): "
