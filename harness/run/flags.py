@@ -32,15 +32,19 @@ INDENT, STEP = " " * 17, " " * 5  # continuation lines of the statuses and of th
 
 
 class HelpFormatter(argparse.ArgumentDefaultsHelpFormatter, argparse.RawDescriptionHelpFormatter):
-    """Shows defaults where there is one, keeps the examples and the epilog's tables as
-    written, and wraps the rest within HELP_WIDTH columns."""
+    """Shows defaults where there is one (once: a help that says its own default gets no
+    second), keeps the examples and the epilog's tables as written, and wraps the rest within
+    HELP_WIDTH columns."""
 
     def __init__(self, prog: str) -> None:
         super().__init__(prog, width=HELP_WIDTH, max_help_position=28)
 
     def _get_help_string(self, action: argparse.Action) -> str | None:
+        said = action.help or ""
         if action.default in (None, False, argparse.SUPPRESS) or action.nargs == 0:
             return action.help
+        if "(default:" in said:
+            return said
         return super()._get_help_string(action)
 
 
@@ -77,7 +81,8 @@ SETTINGS_GROUPS = (  # (title, description, settings class, with the settings it
 )
 
 
-def parse_args(argv: list[str] | None) -> argparse.Namespace:
+def build_parser() -> argparse.ArgumentParser:
+    """run.py's parser: every flag, its help and default."""
     parser = argparse.ArgumentParser(
         prog="run.py",
         usage=USAGE,
@@ -89,6 +94,12 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     add_scale_flags(parser)
     for title, description, cls, nested in SETTINGS_GROUPS:
         settings.add_flags(parser.add_argument_group(title, description), cls, nested)
+    return parser
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    """The flags of `argv`, every value and combination checked (argparse's exit 2 if not)."""
+    parser = build_parser()
     args = parser.parse_args(argv)
     if args.solution and not args.problem:
         parser.error("--solution needs --problem (which reference should it be checked against?)")
@@ -104,6 +115,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         parser.error("--no-record is for a run (--problem or --all), not --forget or --audit")
     try:  # the values alone, before the device is resolved: bad flags fail before any work
         settings.from_flags(args)
+        settings.within("--threshold", args.threshold, 0, 1)
+        if args.build_jobs is not None:
+            settings.within("--build-jobs", args.build_jobs, 1)
     except ValueError as err:
         parser.error(str(err))
     return args
