@@ -112,7 +112,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     if args.forget and (not args.problem or args.solution or args.audit_only):
         parser.error("--forget needs --problem, and takes no --solution or --audit")
     if not args.recording and (args.forget or args.audit_only or not (args.problem or args.all)):
-        parser.error("--no-record is for a run (--problem or --all), not --forget or --audit")
+        parser.error(f"--no-record is for a run (--problem or --all), not {_mode(args)}")
     try:  # the values alone, before the device is resolved: bad flags fail before any work
         settings.from_flags(args)
         settings.within("--threshold", args.threshold, 0, 1)
@@ -121,6 +121,14 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     except ValueError as err:
         parser.error(str(err))
     return args
+
+
+def _mode(args: argparse.Namespace) -> str:
+    """The flag that says what `args` do, other than a run of --problem or --all."""
+    for flag in ("forget", "audit_only", "render", "compare", "list", "problems"):
+        if getattr(args, flag):
+            return "--audit" if flag == "audit_only" else f"--{flag}"
+    return "this"
 
 
 def _epilog() -> str:
