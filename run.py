@@ -24,6 +24,7 @@ from __future__ import annotations
 import argparse
 import signal
 import sys
+from typing import TYPE_CHECKING
 
 from harness import settings
 from harness.errors import HarnessError, UserError
@@ -39,6 +40,9 @@ from harness.run.flags import (
     HELP_WIDTH,
     parse_args,
 )
+
+if TYPE_CHECKING:
+    from harness.run import keeping
 
 __all__ = ["EXIT_FAILED", "EXIT_USAGE", "HELP_WIDTH", "main", "settings_for"]  # with the tests'
 
@@ -86,6 +90,24 @@ def pick_device(requested: str | None) -> str:
     return requested
 
 
+def acted_on(args: argparse.Namespace) -> keeping.Chosen:
+    """The results folder --render or --forget acts on: --machine-folder's, else the one a run
+    with the same flags writes on this machine."""
+    from harness.run import keeping
+
+    if args.machine_folder is not None:
+        return keeping.chosen(args.results_dir.resolve(), args.machine_folder, "")
+    import torch
+
+    from harness.run import machine
+
+    ours = settings_for(args, None, None)
+    folder = machine.results_folder(
+        ours, machine.describe(torch.device(ours.device), settings.REPO)
+    )
+    return keeping.chosen(folder.parent, None, folder.name)
+
+
 def list_everything() -> int:
     from tabulate import tabulate
 
@@ -110,7 +132,7 @@ def main(argv: list[str] | None = None) -> int:
         if args.render:
             from harness.run import keeping
 
-            keeping.render_everything(args.results_dir)
+            keeping.render_folder(acted_on(args))
             return EXIT_OK
         if args.compare:
             from harness.results import comparison
@@ -123,7 +145,7 @@ def main(argv: list[str] | None = None) -> int:
         if args.forget:
             from harness.run import keeping
 
-            keeping.forget_solution(args.results_dir, args.problem, args.forget)
+            keeping.forget_solution(acted_on(args), args.problem, args.forget)
             return EXIT_OK
         return driving.run_all(args, settings_for)
     except UserError as err:

@@ -111,6 +111,17 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         parser.error("--audit needs --problem or --all")
     if args.forget and (not args.problem or args.solution or args.audit_only):
         parser.error("--forget needs --problem, and takes no --solution or --audit")
+    if args.machine_folder is not None and not (args.render or args.forget):
+        parser.error("--machine-folder goes with --render or --forget")
+    if args.machine_folder is not None and Path(args.machine_folder).name in ("", ".", ".."):
+        parser.error(
+            f"--machine-folder {args.machine_folder!r}: name a folder, such as nvidia-h200"
+        )
+    if args.machine_folder is not None and Path(args.machine_folder).name != args.machine_folder:
+        parser.error(
+            f"--machine-folder {args.machine_folder}: takes a folder's name under --results-dir "
+            "(such as nvidia-h200), not a path; --results-dir says where those folders are"
+        )
     if not args.recording and (args.forget or args.audit_only or not (args.problem or args.all)):
         parser.error(f"--no-record is for a run (--problem or --all), not {_mode(args)}")
     try:  # the values alone, before the device is resolved: bad flags fail before any work
@@ -156,8 +167,8 @@ def _add_actions(parser: argparse.ArgumentParser) -> None:
     what.add_argument(
         "--render",
         action="store_true",
-        help="re-render every table, chart and summary under --results-dir from the recorded "
-        "runs (no GPU needed), then exit",
+        help="re-render every table, chart and the summary of this machine's folder under "
+        "--results-dir (or --machine-folder's) from its recorded runs, then exit",
     )
     what.add_argument(
         "--compare",
@@ -190,8 +201,15 @@ def _add_actions(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--forget",
         metavar="SOLUTION",
-        help="with --problem: drop this solution's rows (by name or path) from the tables under "
-        "--results-dir, then re-render them; runs.jsonl keeps its records and gains a removal line",
+        help="with --problem: drop this solution's rows (by name or path) from the tables of "
+        "this machine's folder under --results-dir (or --machine-folder's), then re-render "
+        "them; runs.jsonl keeps its records and gains a removal line",
+    )
+    parser.add_argument(
+        "--machine-folder",
+        metavar="NAME",
+        help="with --render or --forget: act on <results-dir>/NAME (such as nvidia-h200) "
+        "instead of this machine's folder, the one a run here writes (cpu without a GPU)",
     )
     parser.add_argument(
         "--no-record",

@@ -15,6 +15,7 @@ import torch
 
 from harness.measure import gpustate
 from harness.record import Machine
+from harness.settings import Settings
 
 
 def describe(device: torch.device, repo: Path) -> Machine:
@@ -73,6 +74,12 @@ def _ours() -> set[int]:
         grown = not found <= ours
         ours |= found
     return ours
+
+
+def results_folder(settings: Settings, info: Machine) -> Path:
+    """The results folder of a run with `settings` on the machine `info` describes, under
+    --results-dir: the machine's slug, with the profile's suffix (`-kernelbench`)."""
+    return settings.places.results_dir / (slug(info) + settings.results_folder_suffix)
 
 
 def slug(info: Machine) -> str:

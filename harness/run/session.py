@@ -48,9 +48,7 @@ class Session:
         self.machine = described or machine.describe(self.device, REPO)
         stamp = datetime.datetime.now(datetime.timezone.utc).strftime("%Y%m%d-%H%M%S")
         self.run_id = f"{stamp}-{secrets.token_hex(3)}"
-        self.folder = settings.places.results_dir / (
-            machine.slug(self.machine) + settings.results_folder_suffix
-        )
+        self.folder = machine.results_folder(settings, self.machine)
         self.recording = recording
         self._ceiling: Ceiling | None = None
         self._reference_hashes: dict[Path, str] = {}
