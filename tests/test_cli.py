@@ -252,3 +252,18 @@ def test_a_cuda_solution_on_the_cpu_is_not_compiled_unless_asked(cli: CliRun) ->
     assert again["run_id"] != record["run_id"]
     assert (again["status"], again["detail"]) == ("no_gpu", record["detail"])
     assert again["log"] is None and not (cli.root / "logs" / again["run_id"]).exists()
+
+
+def test_a_results_dir_the_run_creates_is_named_with_the_first_folder_that_was_missing(
+    tmp_path: Path, capsys
+) -> None:
+    results = tmp_path / "typo" / "deeper" / "results"
+    args = ["--problem", str(TOY), "--solution", toy_solution("good"), "--check-only"]
+    args += ["--trials", "1", "--device", "cpu", "--results-dir", str(results)]
+    args += ["--log-dir", str(tmp_path / "logs")]
+    assert run.main(args) == run.EXIT_OK
+    out = capsys.readouterr().out
+    said = f"note: created --results-dir {results} ({tmp_path / 'typo'}, and the folders in it,"
+    assert said in out and f"note: created --log-dir {tmp_path / 'logs'} (it did not" in out
+    assert run.main(args) == run.EXIT_OK  # there now: nothing to say
+    assert "note: created" not in capsys.readouterr().out

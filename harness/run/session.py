@@ -22,7 +22,7 @@ from harness.run import machine, ncu, replay, scan
 from harness.run.auditing import Auditing, RunJob
 from harness.run.discovery import ProblemSource, missing_model_new
 from harness.run.progress import Progress
-from harness.settings import REPO, Settings
+from harness.settings import REPO, Places, Settings, typed
 
 
 class Session:
@@ -67,6 +67,7 @@ class Session:
         if self.recording:
             folders.append(("--results-dir", places.results_dir, self.folder))
         for flag, given, folder in folders:
+            missing = files.first_missing(given)
             why = files.unwritable(folder)
             if why:
                 which = "it" if folder == given else str(folder)
@@ -74,6 +75,10 @@ class Session:
                     f"{flag} {given}: cannot create or write {which}: {why}; "
                     f"pass {flag} a folder you can write"
                 )
+            named = given != getattr(Places(), flag[2:].replace("-", "_"))
+            if missing is not None and named:  # the user's folder: say that it is new
+                new = "it" if missing == given else f"{typed(missing)}, and the folders in it,"
+                print(f"note: created {flag} {typed(given)} ({new} did not exist)")
 
     def ceiling(self, source: ProblemSource, run_job: RunJob) -> Ceiling | None:
         """The GPU's copy bandwidth, from the folder's cache or measured now in a worker by
