@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import re
 import shlex
 from dataclasses import replace
 from pathlib import Path
@@ -14,6 +15,7 @@ import run
 from harness import record as run_log
 from harness import settings
 from harness.errors import UserError, Verdict
+from harness.inputs import Seeds
 from harness.loading import import_file, load_problem
 from harness.matching import Tolerance
 from harness.measure.checking import check_cases
@@ -48,6 +50,13 @@ def test_an_incorrect_solution_is_replayed_on_its_case_with_the_same_verdict(
     assert first["status"] == "incorrect" and first["detail"].startswith("case 'spike', seed ")
     (line,) = replay_lines(capfd.readouterr().err)
     secret = first["settings"]["checking"]["secret"]
+    # The seed named is the trial's own, drawn from --seed and --secret as the detail says.
+    named = re.match(
+        r"case 'spike', seed (\d+) \(trial (\d+), from --seed 42 and --secret\)", first["detail"]
+    )
+    assert named, first["detail"]
+    cases = [c.name for c in load_problem("toy_mean", TOY_MEAN / "reference.py").cases]
+    assert int(named[1]) == Seeds(42, secret).trial(cases.index("spike"), int(named[2]))
     assert "python run.py --problem tests/fixtures/toy_mean" in line
     assert "--solution tests/fixtures/cheats_mean/subsample_mean.py --case spike" in line
     assert f"--seed 42 --secret {secret} --trials 2 --device cpu" in line
