@@ -71,6 +71,7 @@ def test_a_text_file_as_solution_is_refused_as_not_python(
 def test_solution_with_a_syntax_error_is_refused(cli: CliRun, capsys) -> None:
     assert cli("--problem", str(TOY), "--solution", toy_solution("bad_syntax")) == run.EXIT_INPUT
     assert "syntax error on line 3" in capsys.readouterr().err
+    assert not (cli.root / "results").exists()  # no load_error row: refused before the run
 
 
 def test_missing_solution_file(cli: CliRun, capsys) -> None:
