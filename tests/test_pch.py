@@ -6,10 +6,13 @@ from __future__ import annotations
 import concurrent.futures
 import json
 import os
+import subprocess
+import sys
 import time
 from pathlib import Path
 
 from harness.measure import pch
+from tests.conftest import REPO
 
 
 def build_folder(tmp_path: Path, name: str) -> tuple[Path, str]:
@@ -117,3 +120,27 @@ def test_the_harness_makes_no_header_from_flags_that_could_read_a_solutions_file
     pch.answer(scratch, tmp_path, trusted=[include])
     assert "-fplugin" in (scratch / pch.REFUSED).read_text()
     assert not list(tmp_path.rglob("*.gch*"))
+
+
+def test_the_harness_finds_the_toolkit_itself_not_by_importing_torch_s_builder() -> None:
+    # torch's builder guesses CUDA_HOME as it is imported (from a wrapper nvcc in
+    # /usr/local/bin: /usr/local) and warns on every run without a GPU; the parent never
+    # imports it, and trusts the toolkit harness.toolchain finds.
+    probe = (
+        "import sys\n"
+        "from harness import toolchain\n"
+        "from harness.measure import pch\n"
+        "folders = pch._trusted_folders()\n"
+        "print('torch.utils.cpp_extension' in sys.modules)\n"
+        "cuda = toolchain.find_cuda_home()\n"
+        "print(cuda is None or Path(cuda).resolve() in folders)\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", "from pathlib import Path\n" + probe],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    assert done.stdout.split() == ["False", "True"]
+    assert "No CUDA runtime" not in done.stderr
