@@ -189,7 +189,10 @@ def audit_problems(args: argparse.Namespace) -> int:
 
 
 if __name__ == "__main__":
+    from harness.run import ending
+
     # Ctrl-C must work whatever was inherited: a background job of a script starts with SIGINT
-    # ignored, and Python then leaves it ignored.
+    # ignored, and Python then leaves it ignored. SIGTERM and SIGHUP stop a run as Ctrl-C
+    # does, and an interrupted run ends every process it started (harness/run/ending.py).
     signal.signal(signal.SIGINT, signal.default_int_handler)
-    sys.exit(main())
+    sys.exit(ending.run_to_end(main))

@@ -26,12 +26,15 @@ across the fresh build folders some of them use).
 
 from __future__ import annotations
 
+import contextlib
+import ctypes
 import fcntl
 import hashlib
 import json
 import os
 import re
 import shlex
+import signal
 import subprocess
 import sys
 import sysconfig
@@ -56,6 +59,7 @@ SAFE_FLAG = re.compile(
     r"|f[A-Za-z][\w+-]*(=[\w.+-]+)?|W[a-z][\w+-]*(=\w+)?|m[a-z][\w+-]*(=[\w.+-]+)?)"
 )
 UNSAFE_F = ("-fplugin", "-fdump", "-fprofile", "-fauto-profile", "-fopt-info", "-fcallgraph")
+PR_SET_PDEATHSIG = 1  # from <sys/prctl.h>
 _STARTED: set[str] = set()  # the headers this process has started making for sandboxed builds
 
 
@@ -177,11 +181,10 @@ def answer(
         return None
     _STARTED.add(str(gch))
     _mirror(Path(asked["header"]), gch.parent.parent / HEADER)  # <key>/torch/extension.h
-    child = subprocess.Popen(  # its own session: it finishes even if this run ends first
+    child = subprocess.Popen(  # it dies with this process (`make`): no compile outlives a run
         [sys.executable, __file__, str(gch), *command],
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
-        start_new_session=True,
     )
     threading.Thread(target=child.wait, daemon=True).start()
     return child
@@ -312,24 +315,56 @@ def _compile_due(build: Path, compiles: list[tuple[str, str]]) -> bool:
 
 def make(gch: Path, command: list[str]) -> None:
     """The header step: compile to `gch` by `command` (which lacks `-o`), once, whichever
-    builds run it at once; a failure is noted beside it, and not tried again."""
+    builds run it at once; a failure is noted beside it, and not tried again. The compiler
+    runs in a process group of its own, killed whole where this step is stopped (a signal, or
+    its parent's death: `_die_with_parent`), and a partial header is never left behind."""
     gch.parent.mkdir(parents=True, exist_ok=True)
     failed = gch.with_name(f"{gch.name}.failed")
     with open(gch.parent / ".lock", "a") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
         if gch.exists() or failed.exists():
             return
+        for stale in gch.parent.glob(f"{gch.name}.[0-9]*"):  # of a step killed outright
+            stale.unlink(missing_ok=True)
         partial = gch.with_name(f"{gch.name}.{os.getpid()}")
         started = time.monotonic()
-        done = subprocess.run([*command, "-o", str(partial)], capture_output=True, text=True)
-        if done.returncode != 0:
-            partial.unlink(missing_ok=True)
-            failed.write_text(done.stderr)
+        compiler = subprocess.Popen(
+            [*command, "-o", str(partial)],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+            text=True,
+            start_new_session=True,
+        )
+        try:
+            errors = compiler.communicate()[1]
+        finally:
+            if compiler.poll() is None:
+                os.killpg(compiler.pid, signal.SIGKILL)
+                compiler.wait()
+            if compiler.returncode != 0:
+                partial.unlink(missing_ok=True)
+        if compiler.returncode != 0:
+            failed.write_text(errors)
             print(f"precompiled header: not built, see {failed}", flush=True)
             return
         os.replace(partial, gch)
         print(f"precompiled header: {gch} built in {time.monotonic() - started:.0f} s", flush=True)
 
 
-if __name__ == "__main__":  # the header step of a build.ninja (`_with_step`)
-    make(Path(sys.argv[1]), sys.argv[2:])
+def _die_with_parent() -> None:
+    """On Linux, a SIGTERM to this process when its parent dies (ninja, or the harness that
+    started it), which `make` turns into its compiler's end; SIGTERM and SIGHUP end it as
+    Ctrl-C does."""
+    for number in (signal.SIGTERM, signal.SIGHUP):
+        signal.signal(number, signal.default_int_handler)
+    if sys.platform.startswith("linux"):
+        with contextlib.suppress(OSError, AttributeError):
+            ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
+
+
+if __name__ == "__main__":  # the header step of a build.ninja (`_with_step`), or `answer`'s
+    _die_with_parent()
+    try:
+        make(Path(sys.argv[1]), sys.argv[2:])
+    except KeyboardInterrupt:
+        sys.exit(130)

@@ -198,6 +198,11 @@ def _add_actions(parser: argparse.ArgumentParser) -> None:
         help="with --problem or --all: only audit the problems' references (reject any whose "
         "output a zero, constant or memorised answer would match), then exit",
     )
+    _add_keeping(parser)
+
+
+def _add_keeping(parser: argparse.ArgumentParser) -> None:
+    """What is kept: --forget, the folder it and --render act on, and --no-record."""
     parser.add_argument(
         "--forget",
         metavar="SOLUTION",

@@ -15,6 +15,7 @@ import torch
 
 from harness.measure import gpustate
 from harness.record import Machine
+from harness.run import ending
 from harness.settings import Settings
 
 
@@ -60,20 +61,7 @@ def loaded(described: Machine, device: torch.device) -> Machine:
 
 def _ours() -> set[int]:
     """This process and its descendants (its workers, and what they started), by /proc."""
-    parents: dict[int, int] = {}
-    for stat in Path("/proc").glob("[0-9]*/stat"):
-        try:
-            # "pid (name) state ppid ...": the name may hold spaces and parentheses
-            parents[int(stat.parent.name)] = int(stat.read_text().rpartition(")")[2].split()[1])
-        except (OSError, ValueError, IndexError):
-            continue  # it ended, or is not ours to read
-    ours = {os.getpid()}
-    grown = True
-    while grown:
-        found = {pid for pid, parent in parents.items() if parent in ours}
-        grown = not found <= ours
-        ours |= found
-    return ours
+    return set(ending.tree(os.getpid(), ending.children()))
 
 
 def results_folder(settings: Settings, info: Machine) -> Path:
