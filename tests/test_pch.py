@@ -33,8 +33,9 @@ def build_folder(tmp_path: Path, name: str) -> tuple[Path, str]:
 
 
 def test_a_due_compile_waits_for_the_header_step_and_every_build_shares_one_header(
-    tmp_path: Path,
+    tmp_path: Path, monkeypatch
 ) -> None:
+    monkeypatch.setattr(pch, "PAYS_AFTER", 0)
     first, _ = build_folder(tmp_path, "first")
     gch = pch.prepare(first, tmp_path / ".pch")
     assert gch is not None and gch.name == "extension.h.gch"
@@ -65,6 +66,43 @@ def test_a_build_that_is_up_to_date_keeps_its_commands_and_gets_no_header_step(
     assert pch.prepare(build, tmp_path / ".pch") is None
 
 
+def test_a_flag_set_s_first_compiles_go_without_the_header_and_the_next_makes_it(
+    tmp_path: Path,
+) -> None:
+    steps = []
+    for k in range(pch.PAYS_AFTER + 2):
+        build, _ = build_folder(tmp_path, f"b{k}")
+        gch = pch.prepare(build, tmp_path / ".pch")
+        assert gch is not None  # the same include folder either way: commands stay the same
+        text = (build / "build.ninja").read_text()
+        assert f"cflags = -I{gch.parent.parent} " in text
+        steps.append("rule harness_pch" in text)
+    assert steps == [False] * pch.PAYS_AFTER + [True, True]  # until the header is there
+
+
+def test_flag_sets_that_compile_the_header_the_same_share_one(tmp_path: Path) -> None:
+    include = tmp_path / "include"
+    (include / "torch").mkdir(parents=True)
+    header = include / "torch" / "extension.h"
+    header.write_text("#pragma once\n#include <beside.h>\nint torch_here();\n")
+    for name, text in (("a", "int beside;\n"), ("b", "long beside;\n"), ("empty", None)):
+        (tmp_path / name).mkdir()
+        if text:
+            (tmp_path / name / "beside.h").write_text(text)
+    base = ["-isystem", str(include), "-isystem", str(tmp_path / "a")]
+
+    def key(*more: str, flags: list[str] = base) -> str:
+        return pch._key("c++", "g++ (test) 1", [*flags, *more], header, tmp_path / ".pch")
+
+    assert key("-O3") == key("-O3", "-isystem", str(tmp_path / "empty"))  # reads nothing there
+    assert key("-O3") == key("-O3")  # from the kept key, without preprocessing again
+    other = ["-isystem", str(include), "-isystem", str(tmp_path / "b")]
+    assert key("-O3") != key("-O3", flags=other)  # another beside.h: another text
+    # GCC takes an -O3 header for an -O2 compile, but the code differs (docs/problems.md);
+    # -fopenmp and the -O0 macros it refuses: each keeps its own header.
+    assert len({key("-O3"), key("-O2"), key(), key("-O3", "-fopenmp"), key("-O3", "-DX")}) == 5
+
+
 def test_a_failed_header_is_noted_and_not_tried_again(tmp_path: Path) -> None:
     gch = tmp_path / "key" / "torch" / "extension.h.gch"
     pch.make(gch, ["false"])
@@ -76,6 +114,7 @@ def test_a_failed_header_is_noted_and_not_tried_again(tmp_path: Path) -> None:
 def test_a_sandboxed_build_gets_its_header_from_the_harness_made_outside(
     tmp_path: Path, monkeypatch
 ) -> None:
+    monkeypatch.setattr(pch, "PAYS_AFTER", 0)
     build, _ = build_folder(tmp_path, "boxed")
     scratch, root = tmp_path / "scratch", tmp_path / "cache" / ".pch"
     scratch.mkdir()

@@ -1,27 +1,18 @@
-"""PyTorch's extension header, precompiled once, for the C++ half of every extension build.
+"""PyTorch's extension header, precompiled, for the C++ half of extension builds.
 
-`load_inline` writes a main.cpp that begins with `#include <torch/extension.h>`, so each build
-compiles PyTorch's headers again: 53 s of a 162 s CUDA build on the 2-core CI machine
-(2026-12-02). GCC loads those headers precompiled (a .gch file) when they were compiled with
-the same flags. The harness keeps one per compiler, torch and set of flags in the build cache
-(`.pch/<key>/torch/extension.h.gch`) and puts that folder first on each build's C++ include
-path; main.cpp then compiled in 24 s instead of 53, to the same object code. The extension's
-name (-DTORCH_EXTENSION_NAME), which PyTorch's headers never read, is left out of the key and
-of the header's flags. nvcc's half is unchanged.
-
-The flags are read from the build.ninja torch wrote, just before ninja runs, so they are the
-build's own. Where a C++ compile is due, the header is one more step of that ninja file, run
-beside nvcc and before main.cpp; this file, run as a script, builds it once whichever builds
-ask at once (a lock, then a rename into place), or notes why it could not (main.cpp then
-compiles as before). A build whose objects are up to date gets the same commands (nothing is
-compiled again) and no header step. In the sandbox a build never makes the header itself (one
-made by a solution's build could carry its code into others'): it asks the harness, outside
-the sandbox, through its scratch folder, and waits for it (`ask`, `answer`). The harness makes
-it only from the build's compiler and flags where these can read nothing but PyTorch's, CUDA's,
-Python's and the system's headers, so that the header depends on nothing a solution wrote;
-otherwise the build compiles main.cpp as torch wrote it. Only for GCC; HARNESS_PCH=0 turns it
-off, and HARNESS_PCH_DIR keeps the headers in a folder of its own instead (the tests share one
-across the fresh build folders some of them use).
+`load_inline`'s main.cpp begins with `#include <torch/extension.h>`, which GCC can load
+precompiled (a .gch file made the same way). The headers are kept in the build cache,
+`.pch/<key>/torch/extension.h.gch`: one per compiler, options but include folders and
+preprocessed text (`_key`: flag sets that compile the header the same share it, the
+extension's name left out), that folder first on each build's include path. A header costs
+about what three compiles save with it (docs/problems.md): a flag set's first PAYS_AFTER
+compiles go without, and the next makes it, as a step of the build's ninja file (this file,
+run as a script: once, whichever builds ask at once), beside nvcc and before main.cpp. A
+build whose objects are up to date gets the same commands and no step. In the sandbox a build
+never makes it (it could carry a solution's code into others' builds): it asks the harness
+(`ask`, `answer`), which makes it only with its own compiler and flags that read nothing but
+PyTorch's, CUDA's, Python's and the system's headers. GCC only; HARNESS_PCH=0 turns it off,
+HARNESS_PCH_DIR keeps the headers in a folder of its own (the tests share one).
 """
 
 from __future__ import annotations
@@ -50,6 +41,8 @@ READ_ONLY = "HARNESS_PCH_READ_ONLY"  # set in the sandbox (harness/sandbox.py)
 NAME_FLAG = re.compile(r"^-DTORCH_EXTENSION_NAME=")
 COMPILE = re.compile(r"^build (\S+\.o): compile (\S+)$", re.MULTILINE)
 ASKED, TAKEN, REFUSED = "pch-asked.json", "pch-taken.json", "pch-refused.txt"  # in a scratch
+PAYS_AFTER = 3  # compiles of a flag set without its header, before one makes it
+KEYS = ".keys"  # under the headers' folder: each build's flags, mapped to its header's key
 TAKE_S = 10.0  # how long a sandboxed build waits for the harness to take its request
 WAIT_S = 300.0  # and then for the header
 # The flags a header may be made with for a sandboxed build, besides its include folders:
@@ -109,7 +102,7 @@ def prepare(build: Path, root: Path) -> Path | None:
     header, version = _header(flags), _gcc_version(cxx)
     if header is None or version is None:
         return None
-    folder = root / _key(cxx, version, flags, header)
+    folder = root / _key(cxx, version, flags, header, root)
     gch = folder / f"{HEADER}.gch"
     if os.environ.get(READ_ONLY) == "1":  # in the sandbox: never made here, asked for
         beside = folder / HEADER
@@ -123,7 +116,7 @@ def prepare(build: Path, root: Path) -> Path | None:
     include = shlex.quote(f"-I{folder}")
     if include not in cflags.split():  # always: the commands stay the same, built or not
         text = re.sub(r"^cflags = ", lambda _: f"cflags = {include} ", text, count=1, flags=re.M)
-    if not gch.exists() and _compile_due(build, compiles):
+    if not gch.exists() and _compile_due(build, compiles) and _pays(folder):
         text = _with_step(text, gch, [*shlex.split(cxx), "-x", "c++-header", str(header), *flags])
     ninja.write_text(text)
     return gch
@@ -179,6 +172,9 @@ def answer(
     gch, command = made
     if str(gch) in _STARTED or gch.is_file():
         return None
+    if not _pays(gch.parent.parent):
+        (scratch / REFUSED).write_text(f"not yet (a flag set's first {PAYS_AFTER} go without)")
+        return None
     _STARTED.add(str(gch))
     _mirror(Path(asked["header"]), gch.parent.parent / HEADER)  # <key>/torch/extension.h
     child = subprocess.Popen(  # it dies with this process (`make`): no compile outlives a run
@@ -206,7 +202,7 @@ def _command(asked: dict, root: Path, trusted: list[Path]) -> tuple[Path, list[s
     found, version = _header(flags), _gcc_version(cxx)
     if found is None or str(found) != header or not _inside(found, trusted) or version is None:
         return "its torch/extension.h is not PyTorch's, or its compiler is not GCC"
-    gch = root / _key(cxx, version, flags, found) / f"{HEADER}.gch"
+    gch = root / _key(cxx, version, flags, found, root) / f"{HEADER}.gch"
     return gch, [*shlex.split(cxx), "-x", "c++-header", str(found), *flags]
 
 
@@ -296,10 +292,44 @@ def _gcc_version(cxx: str) -> str | None:
     return out.stdout.splitlines()[0] if "Free Software Foundation" in out.stdout else None
 
 
-def _key(cxx: str, version: str, flags: list[str], header: Path) -> str:
+def _key(cxx: str, version: str, flags: list[str], header: Path, root: Path) -> str:
+    """The folder name of the header `flags` get: the same for flag sets that compile it the
+    same (the compiler, the options but include folders, and the preprocessed text: an include
+    folder the header reads nothing from changes none). Kept in `root`/KEYS by the build's own
+    flags, so the header is preprocessed (a second) once per flag set."""
     stat = header.stat()
-    parts = [cxx, version, *flags, str(header), str(stat.st_size), str(stat.st_mtime_ns)]
+    full = _digest([cxx, version, *flags, str(header), str(stat.st_size), str(stat.st_mtime_ns)])
+    known = root / KEYS / full
+    with contextlib.suppress(OSError):
+        return known.read_text()
+    command = [*shlex.split(cxx), "-x", "c++-header", "-E", str(header), *flags]
+    text = subprocess.run(command, capture_output=True)
+    if text.returncode != 0:
+        return full
+    options = [flag for flag, folder in _words(flags) if folder is None]
+    key = _digest([cxx, version, *options, hashlib.sha256(text.stdout).hexdigest()])
+    with contextlib.suppress(OSError):  # in the sandbox, read only: worked out each time
+        known.parent.mkdir(parents=True, exist_ok=True)
+        partial = known.with_name(f"{full}.{os.getpid()}")
+        partial.write_text(key)
+        os.replace(partial, known)
+    return key
+
+
+def _digest(parts: list[str]) -> str:
     return hashlib.sha256("\0".join(parts).encode()).hexdigest()[:16]
+
+
+def _pays(folder: Path) -> bool:
+    """Count one more compile with `folder`'s header; whether making it pays now: after the
+    first PAYS_AFTER compiles, which go without it."""
+    folder.mkdir(parents=True, exist_ok=True)
+    with open(folder / "compiles", "a+") as counted:
+        fcntl.flock(counted, fcntl.LOCK_EX)
+        counted.write("1\n")
+        counted.flush()
+        counted.seek(0)
+        return len(counted.read().splitlines()) > PAYS_AFTER
 
 
 def _compile_due(build: Path, compiles: list[tuple[str, str]]) -> bool:
