@@ -103,6 +103,20 @@ def test_flag_sets_that_compile_the_header_the_same_share_one(tmp_path: Path) ->
     assert len({key("-O3"), key("-O2"), key(), key("-O3", "-fopenmp"), key("-O3", "-DX")}) == 5
 
 
+def test_in_the_sandbox_the_key_is_worked_out_and_nothing_is_written(
+    tmp_path: Path, monkeypatch
+) -> None:
+    build_folder(tmp_path, "boxed")  # its header
+    header, root = tmp_path / "include" / "torch" / "extension.h", tmp_path / ".pch"
+    flags = ["-isystem", str(tmp_path / "include"), "-O2"]
+    monkeypatch.setenv(pch.READ_ONLY, "1")  # a write there is a rejected solution
+    boxed = pch._key("c++", "g++ (test) 1", flags, header, root)
+    assert not root.exists()
+    monkeypatch.delenv(pch.READ_ONLY)
+    assert pch._key("c++", "g++ (test) 1", flags, header, root) == boxed  # kept outside
+    assert list((root / pch.KEYS).iterdir())
+
+
 def test_a_failed_header_is_noted_and_not_tried_again(tmp_path: Path) -> None:
     gch = tmp_path / "key" / "torch" / "extension.h.gch"
     pch.make(gch, ["false"])

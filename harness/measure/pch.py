@@ -242,17 +242,12 @@ def _mirror(header: Path, beside: Path) -> None:
 def _with_step(text: str, gch: Path, command: list[str]) -> str:
     """`text` with a step making `gch` by `command`, which each C++ compile waits for."""
     line = " ".join(shlex.quote(word) for word in [sys.executable, __file__, str(gch), *command])
-    target = _escaped(str(gch))
+    target = str(gch).replace("$", "$$").replace(" ", "$ ").replace(":", "$:")  # as ninja reads it
     step = (
         f"rule harness_pch\n  command = {line.replace('$', '$$')}\n\nbuild {target}: harness_pch\n"
     )
     waits = COMPILE.sub(lambda m: f"{m.group(0)} || {target}", text)
     return waits.replace("\nrule compile\n", f"\n{step}\nrule compile\n", 1)
-
-
-def _escaped(path: str) -> str:
-    """A path as a ninja build line reads it."""
-    return path.replace("$", "$$").replace(" ", "$ ").replace(":", "$:")
 
 
 def _header_first(source: Path) -> bool:
@@ -308,7 +303,9 @@ def _key(cxx: str, version: str, flags: list[str], header: Path, root: Path) -> 
         return full
     options = [flag for flag, folder in _words(flags) if folder is None]
     key = _digest([cxx, version, *options, hashlib.sha256(text.stdout).hexdigest()])
-    with contextlib.suppress(OSError):  # in the sandbox, read only: worked out each time
+    if os.environ.get(READ_ONLY) == "1":  # in the sandbox: worked out each time, never kept
+        return key
+    with contextlib.suppress(OSError):
         known.parent.mkdir(parents=True, exist_ok=True)
         partial = known.with_name(f"{full}.{os.getpid()}")
         partial.write_text(key)
