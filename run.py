@@ -2,12 +2,14 @@
 
     python run.py --problem multilabel_margin     every solution of one problem
     python run.py --all                           every problem under problems/
-    python run.py --problem smooth_l1 --solution path/to/mine.py
+    python run.py --problem smooth_l1 --solution <your_solution.py>
     python run.py --problem smooth_l1 --solution fast_cuda --case default --check-only
     python run.py --list                          what there is to run
     python run.py --all --audit                   audit the problems' references only
-    python run.py --problem smooth_l1 --forget mine   drop a solution's rows from the tables
-    python run.py --problems DIR --solutions DIR --gpus all --resume   a sweep, every GPU
+    python run.py --problem smooth_l1 --forget <solution>   drop its rows from this machine's
+    python run.py --problems <dir> --solutions <dir> --gpus all --resume   a sweep, every GPU
+
+(<...> marks what to put in: a file, a solution's name or path, a folder.)
 
 Exit status: 0 when every solution that could run here ran and was correct (a CUDA solution
 skipped for lack of a GPU is not a failure); 1 when any solution failed; 2 for bad flags;

@@ -56,11 +56,11 @@ USAGE = (
 DESCRIPTION = """\
 examples:
   python run.py --problem multilabel_margin      every solution of a problem
-  python run.py --problem smooth_l1 --solution my_kernel.py
+  python run.py --problem smooth_l1 --solution <your_kernel.py>
                                                  your file against its reference
   python run.py --all --compile                  all, with torch.compile
   python run.py --list                           what there is to run
-  python run.py --problems suite/problems --solutions suite/solutions --gpus all
+  python run.py --problems <problems> --solutions <solutions> --gpus all
                                                  a sweep, on every GPU
   python run.py --compare results/nvidia-h200@a000051 results/nvidia-h200
                                                  commit a000051's run against
