@@ -4,8 +4,8 @@
 precompiled (a .gch file made the same way). The headers are kept in the build cache,
 `.pch/<key>/torch/extension.h.gch`: one per compiler, options but include folders and
 preprocessed text (`_key`: flag sets that compile the header the same share it, the
-extension's name left out), that folder first on each build's include path. A header costs
-about what three compiles save with it (docs/problems.md): a flag set's first PAYS_AFTER
+extension's name left out), that folder first on each build's include path. Making a header
+costs about what two compiles save with it (docs/problems.md): a flag set's first PAYS_AFTER
 compiles go without, and the next makes it, as a step of the build's ninja file (this file,
 run as a script: once, whichever builds ask at once), beside nvcc and before main.cpp. A
 build whose objects are up to date gets the same commands and no step. In the sandbox a build
@@ -41,7 +41,7 @@ READ_ONLY = "HARNESS_PCH_READ_ONLY"  # set in the sandbox (harness/sandbox.py)
 NAME_FLAG = re.compile(r"^-DTORCH_EXTENSION_NAME=")
 COMPILE = re.compile(r"^build (\S+\.o): compile (\S+)$", re.MULTILINE)
 ASKED, TAKEN, REFUSED = "pch-asked.json", "pch-taken.json", "pch-refused.txt"  # in a scratch
-PAYS_AFTER = 3  # compiles of a flag set without its header, before one makes it
+PAYS_AFTER = 2  # compiles of a flag set without its header, before one makes it
 KEYS = ".keys"  # under the headers' folder: each build's flags, mapped to its header's key
 TAKE_S = 10.0  # how long a sandboxed build waits for the harness to take its request
 WAIT_S = 300.0  # and then for the header
