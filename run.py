@@ -98,7 +98,7 @@ def acted_on(args: argparse.Namespace) -> keeping.Chosen:
     from harness.run import keeping
 
     if args.machine_folder is not None:
-        return keeping.chosen(args.results_dir.resolve(), args.machine_folder, "")
+        return keeping.Chosen(args.results_dir.resolve() / args.machine_folder, named=True)
     import torch
 
     from harness.run import machine
@@ -107,7 +107,7 @@ def acted_on(args: argparse.Namespace) -> keeping.Chosen:
     folder = machine.results_folder(
         ours, machine.describe(torch.device(ours.device), settings.REPO)
     )
-    return keeping.chosen(folder.parent, None, folder.name)
+    return keeping.Chosen(folder, named=False)
 
 
 def list_everything() -> int:

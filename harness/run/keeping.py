@@ -36,12 +36,6 @@ class Chosen:
         return "this machine's folder; --machine-folder NAME acts on another"
 
 
-def chosen(results_dir: Path, named: str | None, own: str) -> Chosen:
-    """The folder under `results_dir` that --render or --forget acts on: `named` (the value of
-    --machine-folder), else `own` (this machine's folder's name)."""
-    return Chosen(results_dir / (named or own), named is not None)
-
-
 def render_folder(where: Chosen) -> None:
     """Re-render every table, chart and the summary of `where` from its run log."""
     folder = where.folder
@@ -59,13 +53,9 @@ def forget_solution(where: Chosen, problem_arg: str, solution: str) -> None:
     path = Path(problem_arg)  # named as discovery names it; the problem may be gone from disk
     problem = path.stem if path.suffix == ".py" else path.name
     folder = where.folder
-    log = folder / record.LOG_NAME
-    shown = (
-        {r.solution for r in record.read(folder) if r.problem == problem}
-        if log.is_file()
-        else set()
-    )
     if not _recorded(folder, problem, solution):
+        logged = record.read(folder) if (folder / record.LOG_NAME).is_file() else []
+        shown = {r.solution for r in logged if r.problem == problem}
         elsewhere = [
             other.name
             for other in _folders(folder.parent)
