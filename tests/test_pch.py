@@ -15,6 +15,16 @@ from harness.measure import pch
 from tests.conftest import REPO
 
 
+def _ninja_of(build: Path) -> str:
+    """The ninja file torch writes again for `build` (build_folder's)."""
+    include = build.parent / "include"
+    return (
+        f"cxx = c++\ncflags = -DTORCH_EXTENSION_NAME={build.name} -isystem {include} -O2\n"
+        "post_cflags = \n\nrule compile\n  command = $cxx $cflags -c $in -o $out\n\n"
+        f"build main.o: compile {build / 'main.cpp'}\n"
+    )
+
+
 def build_folder(tmp_path: Path, name: str) -> tuple[Path, str]:
     include = tmp_path / "include"
     if not (include / "torch").exists():  # one header (its time is in the key)
@@ -23,11 +33,7 @@ def build_folder(tmp_path: Path, name: str) -> tuple[Path, str]:
     build = tmp_path / name
     build.mkdir()
     (build / "main.cpp").write_text("#include <torch/extension.h>\nint f();\n")
-    ninja = (
-        f"cxx = c++\ncflags = -DTORCH_EXTENSION_NAME={name} -isystem {include} -O2\n"
-        "post_cflags = \n\nrule compile\n  command = $cxx $cflags -c $in -o $out\n\n"
-        f"build main.o: compile {build / 'main.cpp'}\n"
-    )
+    ninja = _ninja_of(build)
     (build / "build.ninja").write_text(ninja)
     return build, ninja
 
@@ -144,6 +150,35 @@ def test_a_sandboxed_build_gets_its_header_from_the_harness_made_outside(
     gch = asking.result(timeout=60)
     assert gch is not None and gch.is_file() and gch.is_relative_to(root)
     assert f"cflags = -I{gch.parent.parent} " in (build / "build.ninja").read_text()
+
+
+def test_a_sandboxed_build_told_not_yet_keeps_the_commands_it_will_have_with_the_header(
+    tmp_path: Path, monkeypatch
+) -> None:
+    build, _ = build_folder(tmp_path, "boxed")
+    scratch, root = tmp_path / "scratch", tmp_path / "cache" / ".pch"
+    scratch.mkdir()
+    for name in ("HARNESS_PCH_DIR", "CXX"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv(pch.READ_ONLY, "1")
+    monkeypatch.setenv("HARNESS_SANDBOX_SCRATCH", str(scratch))
+    asking = concurrent.futures.ThreadPoolExecutor(1).submit(pch.prepare, build, root)
+    while not (scratch / pch.ASKED).exists():
+        assert not asking.done(), asking.result()
+        time.sleep(0.05)
+    assert pch.answer(scratch, tmp_path / "cache", trusted=[tmp_path / "include"]) is None
+    assert "not yet" in (scratch / pch.REFUSED).read_text()  # its first compile goes without
+    gch = asking.result(timeout=60)
+    assert gch is not None and not gch.exists()
+    told = (build / "build.ninja").read_text()
+    assert f"cflags = -I{gch.parent.parent} " in told and "harness_pch" not in told
+    gch.write_bytes(b"")  # made later, for another build
+    (build / "main.o").write_bytes(b"")  # this one's objects up to date: nothing to compile
+    later = (build / "main.cpp").stat().st_mtime_ns + 10**9
+    os.utime(build / "main.o", ns=(later, later))
+    (build / "build.ninja").write_text(_ninja_of(build))
+    assert pch.prepare(build, root) == gch
+    assert (build / "build.ninja").read_text() == told  # the same commands: no rebuild
 
 
 def test_the_harness_makes_no_header_from_flags_that_could_read_a_solutions_files(

@@ -105,10 +105,9 @@ def prepare(build: Path, root: Path) -> Path | None:
     folder = root / _key(cxx, version, flags, header, root)
     gch = folder / f"{HEADER}.gch"
     if os.environ.get(READ_ONLY) == "1":  # in the sandbox: never made here, asked for
-        beside = folder / HEADER
-        due = _compile_due(build, compiles)
-        if not gch.is_file() and not (due and ask(cxx, flags, header, gch)):
-            return None
+        if not gch.is_file() and _compile_due(build, compiles):
+            ask(cxx, flags, header, gch)  # made, not yet, or refused: the folder says which
+        beside = folder / HEADER  # the harness's, for a header it will make now or later
         if not (beside.is_symlink() and beside.resolve() == header.resolve()):
             return None
     else:
@@ -125,7 +124,8 @@ def prepare(build: Path, root: Path) -> Path | None:
 def ask(cxx: str, flags: list[str], header: Path, gch: Path) -> bool:
     """In the sandbox: ask the harness to make `gch` (a request in the worker's scratch folder,
     which the harness reads as it watches the worker, `answer`), and wait for it; whether it
-    is there. A request not taken, refused or failed leaves the build as torch wrote it."""
+    is there. One answered "not yet" compiles with the harness's include folder for it, from
+    the header itself; one not taken or refused, as torch wrote it."""
     from harness.sandbox import SCRATCH_VARIABLE  # here: this file also runs as a script
 
     scratch = os.environ.get(SCRATCH_VARIABLE)
@@ -170,13 +170,13 @@ def answer(
         (scratch / REFUSED).write_text(made)
         return None
     gch, command = made
+    _mirror(Path(asked["header"]), gch.parent.parent / HEADER)  # <key>/torch/extension.h
     if str(gch) in _STARTED or gch.is_file():
         return None
-    if not _pays(gch.parent.parent):
+    if not _pays(gch.parent.parent):  # its include folder stands: the commands stay the same
         (scratch / REFUSED).write_text(f"not yet (a flag set's first {PAYS_AFTER} go without)")
         return None
     _STARTED.add(str(gch))
-    _mirror(Path(asked["header"]), gch.parent.parent / HEADER)  # <key>/torch/extension.h
     child = subprocess.Popen(  # it dies with this process (`make`): no compile outlives a run
         [sys.executable, __file__, str(gch), *command],
         stdout=subprocess.DEVNULL,
