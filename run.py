@@ -2,12 +2,14 @@
 
     python run.py --problem multilabel_margin     every solution of one problem
     python run.py --all                           every problem under problems/
-    python run.py --problem smooth_l1 --solution path/to/mine.py
+    python run.py --problem smooth_l1 --solution <your_solution.py>
     python run.py --problem smooth_l1 --solution fast_cuda --case default --check-only
     python run.py --list                          what there is to run
     python run.py --all --audit                   audit the problems' references only
-    python run.py --problem smooth_l1 --forget mine   drop a solution's rows from the tables
-    python run.py --problems DIR --solutions DIR --gpus all --resume   a sweep, every GPU
+    python run.py --problem smooth_l1 --forget <solution>   drop its rows from this machine's
+    python run.py --problems <dir> --solutions <dir> --gpus all --resume   a sweep, every GPU
+
+(<...> marks what to put in: a file, a solution's name or path, a folder.)
 
 Exit status: 0 when every solution that could run here ran and was correct (a CUDA solution
 skipped for lack of a GPU is not a failure); 1 when any solution failed; 2 for bad flags;
@@ -24,6 +26,7 @@ from __future__ import annotations
 import argparse
 import signal
 import sys
+from typing import TYPE_CHECKING
 
 from harness import settings
 from harness.errors import HarnessError, UserError
@@ -39,6 +42,9 @@ from harness.run.flags import (
     HELP_WIDTH,
     parse_args,
 )
+
+if TYPE_CHECKING:
+    from harness.run import keeping
 
 __all__ = ["EXIT_FAILED", "EXIT_USAGE", "HELP_WIDTH", "main", "settings_for"]  # with the tests'
 
@@ -86,6 +92,24 @@ def pick_device(requested: str | None) -> str:
     return requested
 
 
+def acted_on(args: argparse.Namespace) -> keeping.Chosen:
+    """The results folder --render or --forget acts on: --machine-folder's, else the one a run
+    with the same flags writes on this machine."""
+    from harness.run import keeping
+
+    if args.machine_folder is not None:
+        return keeping.Chosen(args.results_dir.resolve() / args.machine_folder, named=True)
+    import torch
+
+    from harness.run import machine
+
+    ours = settings_for(args, None, None)
+    folder = machine.results_folder(
+        ours, machine.describe(torch.device(ours.device), settings.REPO)
+    )
+    return keeping.Chosen(folder, named=False)
+
+
 def list_everything() -> int:
     from tabulate import tabulate
 
@@ -110,7 +134,7 @@ def main(argv: list[str] | None = None) -> int:
         if args.render:
             from harness.run import keeping
 
-            keeping.render_everything(args.results_dir)
+            keeping.render_folder(acted_on(args))
             return EXIT_OK
         if args.compare:
             from harness.results import comparison
@@ -123,7 +147,7 @@ def main(argv: list[str] | None = None) -> int:
         if args.forget:
             from harness.run import keeping
 
-            keeping.forget_solution(args.results_dir, args.problem, args.forget)
+            keeping.forget_solution(acted_on(args), args.problem, args.forget)
             return EXIT_OK
         return driving.run_all(args, settings_for)
     except UserError as err:
@@ -170,7 +194,10 @@ def audit_problems(args: argparse.Namespace) -> int:
 
 
 if __name__ == "__main__":
+    from harness.run import ending
+
     # Ctrl-C must work whatever was inherited: a background job of a script starts with SIGINT
-    # ignored, and Python then leaves it ignored.
+    # ignored, and Python then leaves it ignored. SIGTERM and SIGHUP stop a run as Ctrl-C
+    # does, and an interrupted run ends every process it started (harness/run/ending.py).
     signal.signal(signal.SIGINT, signal.default_int_handler)
-    sys.exit(main())
+    sys.exit(ending.run_to_end(main))

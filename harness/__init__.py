@@ -15,6 +15,7 @@ run/       the parent process, one per run.py: finds the work and drives it
     auditing   the audits of a run's problems: on a GPU all in one worker, warnings and refusals
     isolate    spawn the worker with time limits and turn any failure into a status
     holding    the pool's builds, stopped while a timing runs (a run judges as it builds)
+    ending     process trees: what a run or a job started ends with it (SIGTERM as Ctrl-C)
     sandboxing  --sandbox: each worker started through the launcher, with a scratch folder
     staging    a sandboxed job's files: its copy of the solution and build in, its log and build out
     discovery  find problems and solutions on disk

@@ -34,6 +34,16 @@ def locked(folder: Path) -> Iterator[None]:
             fcntl.flock(handle, fcntl.LOCK_UN)
 
 
+def first_missing(folder: Path) -> Path | None:
+    """The outermost of `folder` and the folders above it that does not exist, or None."""
+    missing = None
+    for path in (folder, *folder.parents):
+        if path.exists():
+            return missing
+        missing = path
+    return missing
+
+
 def unwritable(folder: Path) -> str | None:
     """Why `folder` cannot be created or written (the system's reason), or None when it can:
     it is created if missing, and a file is written in it and removed again."""

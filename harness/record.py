@@ -249,20 +249,26 @@ def forget(folder: Path, problem: str, solution: str) -> list[str]:
     """Drop `solution` of `problem` (its name, or its path as given or recorded) from what the
     folder's log reads as: one removal line per matching solution path is appended, so the log
     stays append-only, and a later run of the solution shows again. Returns the paths dropped."""
-    given = Path(solution).resolve()
-    paths = sorted(
-        {
-            r.solution_path
-            for r in read(folder)
-            if r.problem == problem
-            and (solution in (r.solution, r.solution_path) or REPO / r.solution_path == given)
-        }
-    )
+    paths = matching(read(folder), problem, solution)
     stamp = datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
     for path in paths:
         line = {"kind": FORGET, "problem": problem, "solution_path": path, "time": stamp}
         files.append(folder, line, LOG_NAME)
     return paths
+
+
+def matching(records: list[RunRecord], problem: str, solution: str) -> list[str]:
+    """The recorded paths of `solution` of `problem` among `records`: its name, or its path as
+    given or recorded."""
+    given = Path(solution).resolve()
+    return sorted(
+        {
+            r.solution_path
+            for r in records
+            if r.problem == problem
+            and (solution in (r.solution, r.solution_path) or REPO / r.solution_path == given)
+        }
+    )
 
 
 def read(folder: Path) -> list[RunRecord]:

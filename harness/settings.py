@@ -23,6 +23,7 @@ REPO = Path(__file__).resolve().parent.parent
 FLUSHES = ("read", "write")
 HARNESS, KERNELBENCH = "harness", "kernelbench"  # the profiles a run is judged under (--as)
 COMPARE_THRESHOLD = 0.02  # run.py --compare: a change smaller than this share is "unchanged"
+SEED_LIMIT = 2**62  # --seed at most this: every seed drawn from it stays within torch's range
 # Where builds are cached unless --build-dir says: a folder outside the clone lets a fresh clone
 # (CI's, a second checkout) reuse every build whose sources and toolchain are unchanged.
 BUILD_DIR_VARIABLE = "HARNESS_BUILD_DIR"
@@ -35,6 +36,19 @@ def option(default: Any, help: str, resolved: bool = False, **flag: Any) -> Any:
     if resolved:
         flag["default"] = None
     return field(default=default, metadata={"help": help, **flag})
+
+
+def within(
+    flag: str, value: float, low: float, high: float | None = None, above: bool = False
+) -> None:
+    """Refuse a flag's value out of its range, `low` to `high` (both allowed; `above`: `low`
+    not allowed), with a ValueError that names the flag, its range and the value given."""
+    if (value > low if above else value >= low) and (high is None or value <= high):
+        return
+    shown = [f"{n:g}" if isinstance(n, float) else str(n) for n in (low, high, value)]
+    rule = f"above {shown[0]}" if above else f"at least {shown[0]}"
+    rule += "" if high is None else f" and at most {shown[1]}"
+    raise ValueError(f"{flag} must be {rule} (got {shown[2]})")
 
 
 @dataclass(frozen=True)
@@ -62,10 +76,11 @@ class StopRule:
     )
 
     def __post_init__(self) -> None:
-        if self.warmup_ms < 0 or self.budget_ms <= 0 or self.target_rse <= 0:
-            raise ValueError(f"need warmup_ms >= 0, budget_ms > 0, target_rse > 0: {self}")
-        if not 1 <= self.min_samples <= self.max_samples:
-            raise ValueError(f"need 1 <= min_samples <= max_samples: {self}")
+        within("--warmup-ms", self.warmup_ms, 0)
+        within("--budget-ms", self.budget_ms, 0, above=True)
+        within("--target-rse", self.target_rse, 0, above=True)
+        within("--max-samples", self.max_samples, 1)
+        within("--min-samples", self.min_samples, 1, self.max_samples)
 
 
 @dataclass(frozen=True)
@@ -121,12 +136,16 @@ class Checking:
         for name in ("tolerance", "trials"):
             if getattr(self, f"kernelbench_{name}") is not None and self.profile != KERNELBENCH:
                 raise ValueError(f"--kernelbench-{name} goes with --as kernelbench")
-        if self.kernelbench_trials is not None and self.kernelbench_trials < 1:
-            raise ValueError("--kernelbench-trials must be at least 1")
-        if self.trials < 1:
-            raise ValueError("--trials must be at least 1")
-        if self.secret < 0:
-            raise ValueError("--secret must be 0 or a positive integer")
+        if self.kernelbench_trials is not None:
+            within("--kernelbench-trials", self.kernelbench_trials, 1)
+        if self.kernelbench_tolerance is not None:
+            within("--kernelbench-tolerance", self.kernelbench_tolerance, 0)
+        for flag, given in (("--atol", self.tolerance.atol), ("--rtol", self.tolerance.rtol)):
+            if given is not None:
+                within(flag, given, 0)
+        within("--trials", self.trials, 1)
+        within("--seed", self.seed, 0, SEED_LIMIT)
+        within("--secret", self.secret, 0)
 
 
 TOLERANCE_FLAGS = {  # Tolerance lives in harness.tolerance, which knows nothing of flags
@@ -205,6 +224,12 @@ class Limits:
         "in the sandbox, the processes and threads a solution's worker may add to those its "
         "user has (default: 64 per core, at least 1024)",
     )
+
+    def __post_init__(self) -> None:
+        within("--build-timeout", self.build_s, 0, above=True)
+        within("--timeout", self.run_s, 0, above=True)
+        within("--memory-gb", self.memory_gb, 0, above=True)
+        within("--max-processes", self.max_processes, 1)
 
 
 @dataclass(frozen=True)

@@ -17,7 +17,8 @@ MEANING = {
     REJECTED: "broke a rule of fair measurement (changed its inputs, worked after returning, "
     "replaced a timer, ...): the detail names the rule",
     COMPILE_ERROR: "an extension failed to build (the detail has the compiler's first error)",
-    LOAD_ERROR: "importing the file or constructing ModelNew failed, or it has no ModelNew",
+    LOAD_ERROR: "importing the file or constructing ModelNew raised, or its ModelNew is not a "
+    "class (a syntax error or no top-level ModelNew is refused before any build: exit 3, no row)",
     RUNTIME_ERROR: "ModelNew raised while running (a CUDA error such as an illegal address too)",
     CRASHED: "the worker process died: a segfault, a kill, os._exit or sys.exit",
     TIMEOUT: "a step (build, check or timing) ran past its time limit and was killed",

@@ -1,6 +1,7 @@
 """The command line: what it accepts, what it refuses in one line, and its exit codes."""
 
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -9,6 +10,7 @@ import pytest
 import torch
 
 import run
+from harness.run import flags as run_flags
 from tests.conftest import REPO, TOY, CliRun, toy_solution
 
 
@@ -69,6 +71,7 @@ def test_a_text_file_as_solution_is_refused_as_not_python(
 def test_solution_with_a_syntax_error_is_refused(cli: CliRun, capsys) -> None:
     assert cli("--problem", str(TOY), "--solution", toy_solution("bad_syntax")) == run.EXIT_INPUT
     assert "syntax error on line 3" in capsys.readouterr().err
+    assert not (cli.root / "results").exists()  # no load_error row: refused before the run
 
 
 def test_missing_solution_file(cli: CliRun, capsys) -> None:
@@ -88,14 +91,47 @@ def test_solution_needs_a_problem(capsys) -> None:
     assert "--solution needs --problem" in capsys.readouterr().err
 
 
-@pytest.mark.parametrize(
-    "flags",
-    [["--max-samples", "0"], ["--trials", "0"], ["--warmup-ms", "-1"], ["--target-rse", "0"]],
-)
-def test_bad_counts_are_usage_errors(flags: list[str]) -> None:
+OUT_OF_RANGE = [  # every numeric flag, with a value just outside its range
+    ["--max-samples", "0"],
+    ["--min-samples", "0"],
+    ["--trials", "0"],
+    ["--warmup-ms", "-1"],
+    ["--target-rse", "0"],
+    ["--budget-ms", "0"],
+    ["--timeout", "-5"],
+    ["--build-timeout", "0"],
+    ["--memory-gb", "0"],
+    ["--max-processes", "0"],
+    ["--build-jobs", "0"],
+    ["--threshold", "-0.1"],
+    ["--atol", "-0.001"],
+    ["--rtol", "-0.5"],
+    ["--seed", "-1"],
+    ["--secret", "-1"],
+    ["--kernelbench-trials", "0", "--as", "kernelbench"],
+    ["--kernelbench-tolerance", "-1", "--as", "kernelbench"],
+]
+
+
+@pytest.mark.parametrize("flags", OUT_OF_RANGE, ids=lambda flags: flags[0])
+def test_a_numeric_flag_out_of_its_range_is_a_usage_error_naming_it(
+    flags: list[str], capsys
+) -> None:
     with pytest.raises(SystemExit) as exit_:
         run.main(["--problem", str(TOY), *flags])
     assert exit_.value.code == run.EXIT_USAGE
+    said = capsys.readouterr().err.strip().splitlines()[-1]
+    assert said.startswith(f"run.py: error: {flags[0]} must be "), said
+    assert f"(got {flags[1]})" in said, said
+
+
+def test_every_numeric_flag_has_its_range_checked() -> None:
+    parser_flags = {
+        action.option_strings[0]
+        for action in run_flags.build_parser()._actions
+        if action.type in (int, float) and action.option_strings
+    }
+    assert parser_flags == {flags[0] for flags in OUT_OF_RANGE}
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="checks the error seen without a GPU")
@@ -139,6 +175,20 @@ def test_help_writes_down_the_stopping_rule(capsys) -> None:
     text = capsys.readouterr().out
     assert "timing rule:" in text and "relative standard error" in text
     assert "--target-rse TARGET_RSE" in text and "(default: 0.005)" in text
+
+
+def test_help_gives_each_flag_its_default_once(capsys) -> None:
+    with pytest.raises(SystemExit):
+        run.main(["-h"])
+    text = capsys.readouterr().out
+    entries = re.split(r"\n(?=  -)", text.split("\noptions:", 1)[1].split("\ntiming rule:")[0])
+    assert len(entries) > 40  # one per flag
+    for entry in entries:
+        assert entry.count("(default:") <= 1, entry
+    build_dir = next(e for e in entries if e.startswith("  --build-dir"))
+    assert " ".join(build_dir.split()).endswith(
+        "(default: $HARNESS_BUILD_DIR if set, else .cache/builds)"
+    )
 
 
 def test_a_timed_row_has_a_paired_speedup_and_a_stop_reason(cli: CliRun) -> None:
@@ -203,3 +253,18 @@ def test_a_cuda_solution_on_the_cpu_is_not_compiled_unless_asked(cli: CliRun) ->
     assert again["run_id"] != record["run_id"]
     assert (again["status"], again["detail"]) == ("no_gpu", record["detail"])
     assert again["log"] is None and not (cli.root / "logs" / again["run_id"]).exists()
+
+
+def test_a_results_dir_the_run_creates_is_named_with_the_first_folder_that_was_missing(
+    tmp_path: Path, capsys
+) -> None:
+    results = tmp_path / "typo" / "deeper" / "results"
+    args = ["--problem", str(TOY), "--solution", toy_solution("good"), "--check-only"]
+    args += ["--trials", "1", "--device", "cpu", "--results-dir", str(results)]
+    args += ["--log-dir", str(tmp_path / "logs")]
+    assert run.main(args) == run.EXIT_OK
+    out = capsys.readouterr().out
+    said = f"note: created --results-dir {results} ({tmp_path / 'typo'}, and the folders in it,"
+    assert said in out and f"note: created --log-dir {tmp_path / 'logs'} (it did not" in out
+    assert run.main(args) == run.EXIT_OK  # there now: nothing to say
+    assert "note: created" not in capsys.readouterr().out

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from harness.run import holding
+from harness.run import ending, holding
 
 pytestmark = pytest.mark.skipif(not holding.can_hold(), reason="no /proc here")
 
@@ -54,7 +54,7 @@ def build_tree() -> tuple[subprocess.Popen[str], list[int]]:
     grandchildren = [int(pid) for pid in worker.stdout.readline().split()]
     child = [
         p
-        for p in holding._tree(worker.pid, holding._children())
+        for p in ending.tree(worker.pid, ending.children())
         if p not in (worker.pid, *grandchildren)
     ]
     return worker, [worker.pid, *child, *grandchildren]

@@ -38,9 +38,12 @@ def folder(tmp_path: Path) -> Path:
 
 
 def forget(folder: Path, solution: str, problem: str = "p") -> int:
-    return run.main(
-        ["--problem", problem, "--forget", solution, "--results-dir", str(folder.parent)]
-    )
+    where = ["--results-dir", str(folder.parent), "--machine-folder", folder.name]
+    return run.main(["--problem", problem, "--forget", solution, *where])
+
+
+def digests(folder: Path) -> dict[str, int]:
+    return {p.name: hash(p.read_bytes()) for p in sorted(folder.iterdir())}
 
 
 def test_forget_appends_a_removal_line_that_the_reader_honours(tmp_path: Path) -> None:
@@ -72,6 +75,8 @@ def test_forget_drops_the_rows_and_re_renders(
 ) -> None:
     assert forget(folder, "slow") == run.EXIT_OK
     out = capsys.readouterr().out
+    said = f"forgetting slow of p in {folder} (named by --machine-folder)\n"
+    assert out.startswith(said)  # said before anything is written
     assert f"forgot slow of p in {folder}; rewrote: p.md, p.csv" in out and "summary.md" in out
     table = (folder / "p.md").read_text()
     assert has_row(table, "fast") and not has_row(table, "slow")
@@ -105,21 +110,25 @@ def test_forgetting_what_is_not_there_is_one_line_with_exit_3(
 
 
 @pytest.mark.parametrize(
-    "args",
+    ("args", "said"),
     [
-        ["--all", "--forget", "x"],
-        ["--problem", "p", "--forget", "x", "--solution", "x.py"],
-        ["--render", "--no-record"],
-        ["--problem", "p", "--forget", "x", "--no-record"],
+        (["--all", "--forget", "x"], "--forget needs --problem"),
+        (["--problem", "p", "--forget", "x", "--solution", "x.py"], "takes no --solution"),
+        (["--render", "--no-record"], "not --render"),
+        (["--compare", "a", "b", "--no-record"], "not --compare"),
+        (["--list", "--no-record"], "not --list"),
+        (["--problems", "d", "--no-record"], "not --problems"),
+        (["--problem", "p", "--audit", "--no-record"], "not --audit"),
+        (["--problem", "p", "--forget", "x", "--no-record"], "not --forget"),
     ],
 )
-def test_forget_and_no_record_refuse_what_they_cannot_go_with(
-    args: list[str], capsys: pytest.CaptureFixture[str]
+def test_forget_and_no_record_refuse_what_they_cannot_go_with_naming_it(
+    args: list[str], said: str, capsys: pytest.CaptureFixture[str]
 ) -> None:
     with pytest.raises(SystemExit) as exit_:
         run.main(args)
     assert exit_.value.code == run.EXIT_USAGE
-    assert "--forget" in capsys.readouterr().err or "--no-record" in " ".join(args)
+    assert said in capsys.readouterr().err.strip().splitlines()[-1]
 
 
 def test_a_solution_chart_is_removed_once_no_solution_is_ok(tmp_path: Path) -> None:
@@ -133,9 +142,54 @@ def test_render_lists_every_file_it_rewrote(
     folder: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setattr(charts, "render_svg", lambda *args: "<svg/>\n")  # without matplotlib
-    assert run.main(["--render", "--results-dir", str(folder.parent)]) == run.EXIT_OK
+    where = ["--results-dir", str(folder.parent), "--machine-folder", folder.name]
+    assert run.main(["--render", *where]) == run.EXIT_OK
     out = capsys.readouterr().out
+    assert out.startswith(f"rendering {folder} (named by --machine-folder)\n")
     assert f"rendered {folder}: p.md, p.csv, p.svg, summary.md" in out
+
+
+def test_render_and_forget_on_a_cpu_leave_another_machine_s_folder_alone(
+    folder: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    before = digests(folder)
+    results = ["--results-dir", str(folder.parent), "--device", "cpu"]
+    assert run.main(["--problem", "p", "--forget", "slow", *results]) == run.EXIT_INPUT
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and f"in {folder.parent / 'cpu'} (this machine's" in err
+    assert err.endswith(
+        "it has rows in nvidia-h200: add --machine-folder nvidia-h200 to forget them there"
+    )
+    assert run.main(["--render", *results]) == run.EXIT_INPUT
+    err = capsys.readouterr().err.strip()
+    assert (
+        "--render: no recorded runs in" in err and "recorded under" in err and "nvidia-h200" in err
+    )
+    own = folder.parent / "cpu"
+    record.append(own, make.record("p", "slow"))
+    assert run.main(["--problem", "p", "--forget", "slow", *results]) == run.EXIT_OK
+    assert run.main(["--render", *results]) == run.EXIT_OK
+    out = capsys.readouterr().out
+    assert f"forgetting slow of p in {own} (this machine's folder;" in out
+    assert f"rendering {own} (this machine's folder;" in out
+    assert digests(folder) == before  # not a byte of nvidia-h200 changed
+
+
+@pytest.mark.parametrize(
+    ("args", "said"),
+    [
+        (["--problem", "p", "--machine-folder", "cpu"], "goes with --render or --forget"),
+        (["--render", "--machine-folder", "results/cpu"], "not a path"),
+        (["--render", "--machine-folder", ".."], "name a folder"),
+    ],
+)
+def test_machine_folder_takes_a_name_and_goes_with_render_or_forget(
+    args: list[str], said: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    with pytest.raises(SystemExit) as exit_:
+        run.main(args)
+    assert exit_.value.code == run.EXIT_USAGE
+    assert said in capsys.readouterr().err
 
 
 def test_no_record_prints_the_verdicts_and_writes_no_results(

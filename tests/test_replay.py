@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import re
 import shlex
 from dataclasses import replace
 from pathlib import Path
@@ -14,6 +15,7 @@ import run
 from harness import record as run_log
 from harness import settings
 from harness.errors import UserError, Verdict
+from harness.inputs import Seeds
 from harness.loading import import_file, load_problem
 from harness.matching import Tolerance
 from harness.measure.checking import check_cases
@@ -48,6 +50,13 @@ def test_an_incorrect_solution_is_replayed_on_its_case_with_the_same_verdict(
     assert first["status"] == "incorrect" and first["detail"].startswith("case 'spike', seed ")
     (line,) = replay_lines(capfd.readouterr().err)
     secret = first["settings"]["checking"]["secret"]
+    # The seed named is the trial's own, drawn from --seed and --secret as the detail says.
+    named = re.match(
+        r"case 'spike', seed (\d+) \(trial (\d+), from --seed 42 and --secret\)", first["detail"]
+    )
+    assert named, first["detail"]
+    cases = [c.name for c in load_problem("toy_mean", TOY_MEAN / "reference.py").cases]
+    assert int(named[1]) == Seeds(42, secret).trial(cases.index("spike"), int(named[2]))
     assert "python run.py --problem tests/fixtures/toy_mean" in line
     assert "--solution tests/fixtures/cheats_mean/subsample_mean.py --case spike" in line
     assert f"--seed 42 --secret {secret} --trials 2 --device cpu" in line
@@ -209,6 +218,22 @@ def test_a_solution_may_be_named_by_its_stem() -> None:
         given_solutions([Path("nope.py")], ProblemSource("toy", TOY / "reference.py"))
 
 
+@pytest.mark.parametrize(
+    ("statuses", "said"),
+    [
+        (["incorrect"], "(nothing timed: no solution passed its checks)"),
+        (["no_gpu"], "(nothing timed: its CUDA solutions need a GPU)"),
+        (["no_gpu", "incorrect"], "(nothing timed: no solution passed its checks)"),
+    ],
+)
+def test_a_timed_run_with_nothing_timed_says_why_not_that_it_only_checked(
+    tmp_path: Path, statuses: list[str], said: str
+) -> None:
+    for k, verdict in enumerate(statuses):
+        run_log.append(tmp_path, record("p", f"s{k}", status=verdict, run_id="20261130-1"))
+    assert driving.run_line(tmp_path, "20261130-1").endswith(said)
+
+
 def test_the_run_line_names_the_run_and_a_compare_command_that_runs_as_printed(
     tmp_path: Path,
 ) -> None:
@@ -225,7 +250,9 @@ def test_the_run_line_names_the_run_and_a_compare_command_that_runs_as_printed(
     )
     run_log.append(folder, record("q", "b", timed, run_id="20261129-200000-07he45"))  # not ours
     run_log.append(folder, record("p", "a", timed, run_id=newer))
-    run_log.append(folder, record("p", "a", run_id=checked))  # a check-only replay: no rows
+    replayed = record("p", "a", run_id=checked)  # a check-only replay: no rows
+    only = Settings(device="cuda:0", arch="9.0", checking=Checking(check_only=True))
+    run_log.append(folder, replace(replayed, settings=only))
     assert driving.run_line(folder, checked).endswith("(checked only, no timings to compare)")
     line = driving.run_line(folder, newer)
     assert line.startswith(f"run {newer}: results in {folder}/ (compare with: python run.py ")

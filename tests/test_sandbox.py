@@ -94,6 +94,25 @@ def test_a_cached_build_is_staged_only_while_its_modules_match_their_record(
     pool.close()
 
 
+def test_a_build_compiled_again_to_the_same_module_is_published_again(tmp_path: Path) -> None:
+    settings = Settings(places=Places(tmp_path / "r", tmp_path / "builds", tmp_path / "l"))
+    job = Job("toy", str(TOY / "reference.py"), toy_solution("good"), "", "hash", settings)
+    built = tmp_path / "built" / "ext"
+    built.mkdir(parents=True)
+    (built / "ext.so").write_bytes(b"module")
+    (built / ".ninja_log").write_text("# ninja log v5\n1\t2\t3\text.so\told-commands\n")
+    cache = staging.cache_folder(job)
+    staging.publish(built.parent, cache)
+    scratch = tmp_path / "w1"
+    scratch.mkdir()
+    staging.stage(job, scratch, tmp_path / "links")
+    ran = "# ninja log v5\n4\t5\t6\text.so\tnew-commands\n"  # compiled again: other commands
+    (scratch / "build" / "ext" / ".ninja_log").write_text(ran)
+    staging.finish(job, scratch, staging.Judged("ok"))
+    assert (cache / "ext" / ".ninja_log").read_text() == ran  # the next job finds it up to date
+    assert staging.intact(cache)
+
+
 @needs_sandbox
 def test_the_pools_threads_take_their_first_scratch_folders_at_once(tmp_path: Path) -> None:
     # Found on the H200: with --build-jobs 16 two threads made the launcher at once, and one

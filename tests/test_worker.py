@@ -70,6 +70,11 @@ def test_a_wrong_constructor_is_a_load_error(run_job) -> None:
     assert result.detail.startswith("ModelNew(*init_inputs): TypeError:")
 
 
+def test_a_model_new_that_is_not_a_class_is_a_load_error(run_job) -> None:
+    result, _ = run_job("model_new_not_a_class")
+    assert (result.status, result.detail) == ("load_error", "the file defines no ModelNew class")
+
+
 def test_a_wrong_output_type_is_incorrect(run_job) -> None:
     result, _ = run_job("returns_list")
     assert result.status == "incorrect"

@@ -83,8 +83,10 @@ def check_cases(
                     verdict = gradients.check(
                         problem, case, models, inputs, device, checking.tolerance, trial_seed
                     )
-            if verdict:
-                raise Verdict(status.INCORRECT, f"case {case.name!r}, seed {trial_seed}: {verdict}")
+            if verdict:  # the trial's own seed, and what it comes from (harness.inputs.Seeds)
+                drawn = f"trial {trial}, from --seed {checking.seed} and --secret"
+                where = f"case {case.name!r}, seed {trial_seed} ({drawn})"
+                raise Verdict(status.INCORRECT, f"{where}: {verdict}")
             checks += 1
             if counted:
                 counted(checks, len(chosen) * checking.trials)

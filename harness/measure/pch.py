@@ -1,37 +1,31 @@
-"""PyTorch's extension header, precompiled once, for the C++ half of every extension build.
+"""PyTorch's extension header, precompiled, for the C++ half of extension builds.
 
-`load_inline` writes a main.cpp that begins with `#include <torch/extension.h>`, so each build
-compiles PyTorch's headers again: 53 s of a 162 s CUDA build on the 2-core CI machine
-(2026-12-02). GCC loads those headers precompiled (a .gch file) when they were compiled with
-the same flags. The harness keeps one per compiler, torch and set of flags in the build cache
-(`.pch/<key>/torch/extension.h.gch`) and puts that folder first on each build's C++ include
-path; main.cpp then compiled in 24 s instead of 53, to the same object code. The extension's
-name (-DTORCH_EXTENSION_NAME), which PyTorch's headers never read, is left out of the key and
-of the header's flags. nvcc's half is unchanged.
-
-The flags are read from the build.ninja torch wrote, just before ninja runs, so they are the
-build's own. Where a C++ compile is due, the header is one more step of that ninja file, run
-beside nvcc and before main.cpp; this file, run as a script, builds it once whichever builds
-ask at once (a lock, then a rename into place), or notes why it could not (main.cpp then
-compiles as before). A build whose objects are up to date gets the same commands (nothing is
-compiled again) and no header step. In the sandbox a build never makes the header itself (one
-made by a solution's build could carry its code into others'): it asks the harness, outside
-the sandbox, through its scratch folder, and waits for it (`ask`, `answer`). The harness makes
-it only from the build's compiler and flags where these can read nothing but PyTorch's, CUDA's,
-Python's and the system's headers, so that the header depends on nothing a solution wrote;
-otherwise the build compiles main.cpp as torch wrote it. Only for GCC; HARNESS_PCH=0 turns it
-off, and HARNESS_PCH_DIR keeps the headers in a folder of its own instead (the tests share one
-across the fresh build folders some of them use).
+`load_inline`'s main.cpp begins with `#include <torch/extension.h>`, which GCC can load
+precompiled (a .gch file made the same way). The headers are kept in the build cache,
+`.pch/<key>/torch/extension.h.gch`: one per compiler, options but include folders and
+preprocessed text (`_key`: flag sets that compile the header the same share it, the
+extension's name left out), that folder first on each build's include path. Making a header
+costs about what two compiles save with it (docs/problems.md): a flag set's first PAYS_AFTER
+compiles go without, and the next makes it, as a step of the build's ninja file (this file,
+run as a script: once, whichever builds ask at once), beside nvcc and before main.cpp. A
+build whose objects are up to date gets the same commands and no step. In the sandbox a build
+never makes it (it could carry a solution's code into others' builds): it asks the harness
+(`ask`, `answer`), which makes it only with its own compiler and flags that read nothing but
+PyTorch's, CUDA's, Python's and the system's headers. GCC only; HARNESS_PCH=0 turns it off,
+HARNESS_PCH_DIR keeps the headers in a folder of its own (the tests share one).
 """
 
 from __future__ import annotations
 
+import contextlib
+import ctypes
 import fcntl
 import hashlib
 import json
 import os
 import re
 import shlex
+import signal
 import subprocess
 import sys
 import sysconfig
@@ -47,6 +41,8 @@ READ_ONLY = "HARNESS_PCH_READ_ONLY"  # set in the sandbox (harness/sandbox.py)
 NAME_FLAG = re.compile(r"^-DTORCH_EXTENSION_NAME=")
 COMPILE = re.compile(r"^build (\S+\.o): compile (\S+)$", re.MULTILINE)
 ASKED, TAKEN, REFUSED = "pch-asked.json", "pch-taken.json", "pch-refused.txt"  # in a scratch
+PAYS_AFTER = 2  # compiles of a flag set without its header, before one makes it
+KEYS = ".keys"  # under the headers' folder: each build's flags, mapped to its header's key
 TAKE_S = 10.0  # how long a sandboxed build waits for the harness to take its request
 WAIT_S = 300.0  # and then for the header
 # The flags a header may be made with for a sandboxed build, besides its include folders:
@@ -56,6 +52,7 @@ SAFE_FLAG = re.compile(
     r"|f[A-Za-z][\w+-]*(=[\w.+-]+)?|W[a-z][\w+-]*(=\w+)?|m[a-z][\w+-]*(=[\w.+-]+)?)"
 )
 UNSAFE_F = ("-fplugin", "-fdump", "-fprofile", "-fauto-profile", "-fopt-info", "-fcallgraph")
+PR_SET_PDEATHSIG = 1  # from <sys/prctl.h>
 _STARTED: set[str] = set()  # the headers this process has started making for sandboxed builds
 
 
@@ -105,13 +102,12 @@ def prepare(build: Path, root: Path) -> Path | None:
     header, version = _header(flags), _gcc_version(cxx)
     if header is None or version is None:
         return None
-    folder = root / _key(cxx, version, flags, header)
+    folder = root / _key(cxx, version, flags, header, root)
     gch = folder / f"{HEADER}.gch"
     if os.environ.get(READ_ONLY) == "1":  # in the sandbox: never made here, asked for
-        beside = folder / HEADER
-        due = _compile_due(build, compiles)
-        if not gch.is_file() and not (due and ask(cxx, flags, header, gch)):
-            return None
+        if not gch.is_file() and _compile_due(build, compiles):
+            ask(cxx, flags, header, gch)  # made, not yet, or refused: the folder says which
+        beside = folder / HEADER  # the harness's, for a header it will make now or later
         if not (beside.is_symlink() and beside.resolve() == header.resolve()):
             return None
     else:
@@ -119,7 +115,7 @@ def prepare(build: Path, root: Path) -> Path | None:
     include = shlex.quote(f"-I{folder}")
     if include not in cflags.split():  # always: the commands stay the same, built or not
         text = re.sub(r"^cflags = ", lambda _: f"cflags = {include} ", text, count=1, flags=re.M)
-    if not gch.exists() and _compile_due(build, compiles):
+    if not gch.exists() and _compile_due(build, compiles) and _pays(folder):
         text = _with_step(text, gch, [*shlex.split(cxx), "-x", "c++-header", str(header), *flags])
     ninja.write_text(text)
     return gch
@@ -128,7 +124,8 @@ def prepare(build: Path, root: Path) -> Path | None:
 def ask(cxx: str, flags: list[str], header: Path, gch: Path) -> bool:
     """In the sandbox: ask the harness to make `gch` (a request in the worker's scratch folder,
     which the harness reads as it watches the worker, `answer`), and wait for it; whether it
-    is there. A request not taken, refused or failed leaves the build as torch wrote it."""
+    is there. One answered "not yet" compiles with the harness's include folder for it, from
+    the header itself; one not taken or refused, as torch wrote it."""
     from harness.sandbox import SCRATCH_VARIABLE  # here: this file also runs as a script
 
     scratch = os.environ.get(SCRATCH_VARIABLE)
@@ -173,15 +170,17 @@ def answer(
         (scratch / REFUSED).write_text(made)
         return None
     gch, command = made
+    _mirror(Path(asked["header"]), gch.parent.parent / HEADER)  # <key>/torch/extension.h
     if str(gch) in _STARTED or gch.is_file():
         return None
+    if not _pays(gch.parent.parent):  # its include folder stands: the commands stay the same
+        (scratch / REFUSED).write_text(f"not yet (a flag set's first {PAYS_AFTER} go without)")
+        return None
     _STARTED.add(str(gch))
-    _mirror(Path(asked["header"]), gch.parent.parent / HEADER)  # <key>/torch/extension.h
-    child = subprocess.Popen(  # its own session: it finishes even if this run ends first
+    child = subprocess.Popen(  # it dies with this process (`make`): no compile outlives a run
         [sys.executable, __file__, str(gch), *command],
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
-        start_new_session=True,
     )
     threading.Thread(target=child.wait, daemon=True).start()
     return child
@@ -203,7 +202,7 @@ def _command(asked: dict, root: Path, trusted: list[Path]) -> tuple[Path, list[s
     found, version = _header(flags), _gcc_version(cxx)
     if found is None or str(found) != header or not _inside(found, trusted) or version is None:
         return "its torch/extension.h is not PyTorch's, or its compiler is not GCC"
-    gch = root / _key(cxx, version, flags, found) / f"{HEADER}.gch"
+    gch = root / _key(cxx, version, flags, found, root) / f"{HEADER}.gch"
     return gch, [*shlex.split(cxx), "-x", "c++-header", str(found), *flags]
 
 
@@ -213,12 +212,16 @@ def _inside(path: Path, folders: list[Path]) -> bool:
 
 
 def _trusted_folders() -> list[Path]:
+    """PyTorch's, Python's, the system's and the CUDA toolkit's folders, as the harness finds
+    the toolkit (harness.toolchain): torch's own guess, made as its extension builder is
+    imported, takes /usr/local for a wrapper `nvcc` in /usr/local/bin, and warns about it."""
     import torch
-    from torch.utils import cpp_extension
+
+    from harness import toolchain  # here: this file also runs as a script
 
     found = [Path(torch.__file__).parent, Path("/usr/include"), Path("/usr/local/include")]
     found += [Path(sysconfig.get_paths()[name]) for name in ("include", "platinclude")]
-    cuda = getattr(cpp_extension, "CUDA_HOME", None)
+    cuda = toolchain.find_cuda_home()
     return [folder.resolve() for folder in [*found, *([Path(cuda)] if cuda else [])]]
 
 
@@ -239,17 +242,12 @@ def _mirror(header: Path, beside: Path) -> None:
 def _with_step(text: str, gch: Path, command: list[str]) -> str:
     """`text` with a step making `gch` by `command`, which each C++ compile waits for."""
     line = " ".join(shlex.quote(word) for word in [sys.executable, __file__, str(gch), *command])
-    target = _escaped(str(gch))
+    target = str(gch).replace("$", "$$").replace(" ", "$ ").replace(":", "$:")  # as ninja reads it
     step = (
         f"rule harness_pch\n  command = {line.replace('$', '$$')}\n\nbuild {target}: harness_pch\n"
     )
     waits = COMPILE.sub(lambda m: f"{m.group(0)} || {target}", text)
     return waits.replace("\nrule compile\n", f"\n{step}\nrule compile\n", 1)
-
-
-def _escaped(path: str) -> str:
-    """A path as a ninja build line reads it."""
-    return path.replace("$", "$$").replace(" ", "$ ").replace(":", "$:")
 
 
 def _header_first(source: Path) -> bool:
@@ -289,10 +287,46 @@ def _gcc_version(cxx: str) -> str | None:
     return out.stdout.splitlines()[0] if "Free Software Foundation" in out.stdout else None
 
 
-def _key(cxx: str, version: str, flags: list[str], header: Path) -> str:
+def _key(cxx: str, version: str, flags: list[str], header: Path, root: Path) -> str:
+    """The folder name of the header `flags` get: the same for flag sets that compile it the
+    same (the compiler, the options but include folders, and the preprocessed text: an include
+    folder the header reads nothing from changes none). Kept in `root`/KEYS by the build's own
+    flags, so the header is preprocessed (a second) once per flag set."""
     stat = header.stat()
-    parts = [cxx, version, *flags, str(header), str(stat.st_size), str(stat.st_mtime_ns)]
+    full = _digest([cxx, version, *flags, str(header), str(stat.st_size), str(stat.st_mtime_ns)])
+    known = root / KEYS / full
+    with contextlib.suppress(OSError):
+        return known.read_text()
+    command = [*shlex.split(cxx), "-x", "c++-header", "-E", str(header), *flags]
+    text = subprocess.run(command, capture_output=True)
+    if text.returncode != 0:
+        return full
+    options = [flag for flag, folder in _words(flags) if folder is None]
+    key = _digest([cxx, version, *options, hashlib.sha256(text.stdout).hexdigest()])
+    if os.environ.get(READ_ONLY) == "1":  # in the sandbox: worked out each time, never kept
+        return key
+    with contextlib.suppress(OSError):
+        known.parent.mkdir(parents=True, exist_ok=True)
+        partial = known.with_name(f"{full}.{os.getpid()}")
+        partial.write_text(key)
+        os.replace(partial, known)
+    return key
+
+
+def _digest(parts: list[str]) -> str:
     return hashlib.sha256("\0".join(parts).encode()).hexdigest()[:16]
+
+
+def _pays(folder: Path) -> bool:
+    """Count one more compile with `folder`'s header; whether making it pays now: after the
+    first PAYS_AFTER compiles, which go without it."""
+    folder.mkdir(parents=True, exist_ok=True)
+    with open(folder / "compiles", "a+") as counted:
+        fcntl.flock(counted, fcntl.LOCK_EX)
+        counted.write("1\n")
+        counted.flush()
+        counted.seek(0)
+        return len(counted.read().splitlines()) > PAYS_AFTER
 
 
 def _compile_due(build: Path, compiles: list[tuple[str, str]]) -> bool:
@@ -308,24 +342,56 @@ def _compile_due(build: Path, compiles: list[tuple[str, str]]) -> bool:
 
 def make(gch: Path, command: list[str]) -> None:
     """The header step: compile to `gch` by `command` (which lacks `-o`), once, whichever
-    builds run it at once; a failure is noted beside it, and not tried again."""
+    builds run it at once; a failure is noted beside it, and not tried again. The compiler
+    runs in a process group of its own, killed whole where this step is stopped (a signal, or
+    its parent's death: `_die_with_parent`), and a partial header is never left behind."""
     gch.parent.mkdir(parents=True, exist_ok=True)
     failed = gch.with_name(f"{gch.name}.failed")
     with open(gch.parent / ".lock", "a") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
         if gch.exists() or failed.exists():
             return
+        for stale in gch.parent.glob(f"{gch.name}.[0-9]*"):  # of a step killed outright
+            stale.unlink(missing_ok=True)
         partial = gch.with_name(f"{gch.name}.{os.getpid()}")
         started = time.monotonic()
-        done = subprocess.run([*command, "-o", str(partial)], capture_output=True, text=True)
-        if done.returncode != 0:
-            partial.unlink(missing_ok=True)
-            failed.write_text(done.stderr)
+        compiler = subprocess.Popen(
+            [*command, "-o", str(partial)],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+            text=True,
+            start_new_session=True,
+        )
+        try:
+            errors = compiler.communicate()[1]
+        finally:
+            if compiler.poll() is None:
+                os.killpg(compiler.pid, signal.SIGKILL)
+                compiler.wait()
+            if compiler.returncode != 0:
+                partial.unlink(missing_ok=True)
+        if compiler.returncode != 0:
+            failed.write_text(errors)
             print(f"precompiled header: not built, see {failed}", flush=True)
             return
         os.replace(partial, gch)
         print(f"precompiled header: {gch} built in {time.monotonic() - started:.0f} s", flush=True)
 
 
-if __name__ == "__main__":  # the header step of a build.ninja (`_with_step`)
-    make(Path(sys.argv[1]), sys.argv[2:])
+def _die_with_parent() -> None:
+    """On Linux, a SIGTERM to this process when its parent dies (ninja, or the harness that
+    started it), which `make` turns into its compiler's end; SIGTERM and SIGHUP end it as
+    Ctrl-C does."""
+    for number in (signal.SIGTERM, signal.SIGHUP):
+        signal.signal(number, signal.default_int_handler)
+    if sys.platform.startswith("linux"):
+        with contextlib.suppress(OSError, AttributeError):
+            ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
+
+
+if __name__ == "__main__":  # the header step of a build.ninja (`_with_step`), or `answer`'s
+    _die_with_parent()
+    try:
+        make(Path(sys.argv[1]), sys.argv[2:])
+    except KeyboardInterrupt:
+        sys.exit(130)

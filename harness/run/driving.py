@@ -292,6 +292,20 @@ def show_results(session: Session, problem: str, done: list[RunRecord]) -> None:
     print(console.compact(problem, done, session.folder / f"{problem}.md") + "\n")
 
 
+def untimed(records: list[RunRecord]) -> str:
+    """Why a run's `records` have no timings to compare: checked only, no GPU, or none of
+    them passed its checks."""
+    from harness import status
+
+    if all(r.settings.checking.check_only for r in records):
+        return "checked only, no timings to compare"
+    if all(r.status == status.NO_GPU for r in records):
+        return "nothing timed: its CUDA solutions need a GPU"
+    if not any(r.status == status.OK for r in records):
+        return "nothing timed: no solution passed its checks"
+    return "nothing timed, no timings to compare"
+
+
 def run_line(folder: Path, run_id: str) -> str:
     """The line that ends a run: its id, where its results are, and the --compare command that
     sets its timed rows beside the newest earlier timed run of one of its solutions, where
@@ -308,7 +322,7 @@ def run_line(folder: Path, run_id: str) -> str:
     shown = typed(folder)
     where = f"run {run_id}: results in {shown}/"
     if not any(r.benchmarks for r in this_run):
-        return f"{where} (checked only, no timings to compare)"
+        return f"{where} ({untimed(this_run)})"
     earlier = [
         r.run_id
         for r in all_records

@@ -32,15 +32,19 @@ INDENT, STEP = " " * 17, " " * 5  # continuation lines of the statuses and of th
 
 
 class HelpFormatter(argparse.ArgumentDefaultsHelpFormatter, argparse.RawDescriptionHelpFormatter):
-    """Shows defaults where there is one, keeps the examples and the epilog's tables as
-    written, and wraps the rest within HELP_WIDTH columns."""
+    """Shows defaults where there is one (once: a help that says its own default gets no
+    second), keeps the examples and the epilog's tables as written, and wraps the rest within
+    HELP_WIDTH columns."""
 
     def __init__(self, prog: str) -> None:
         super().__init__(prog, width=HELP_WIDTH, max_help_position=28)
 
     def _get_help_string(self, action: argparse.Action) -> str | None:
+        said = action.help or ""
         if action.default in (None, False, argparse.SUPPRESS) or action.nargs == 0:
             return action.help
+        if "(default:" in said:
+            return said
         return super()._get_help_string(action)
 
 
@@ -52,11 +56,11 @@ USAGE = (
 DESCRIPTION = """\
 examples:
   python run.py --problem multilabel_margin      every solution of a problem
-  python run.py --problem smooth_l1 --solution my_kernel.py
+  python run.py --problem smooth_l1 --solution <your_kernel.py>
                                                  your file against its reference
   python run.py --all --compile                  all, with torch.compile
   python run.py --list                           what there is to run
-  python run.py --problems suite/problems --solutions suite/solutions --gpus all
+  python run.py --problems <problems> --solutions <solutions> --gpus all
                                                  a sweep, on every GPU
   python run.py --compare results/nvidia-h200@a000051 results/nvidia-h200
                                                  commit a000051's run against
@@ -77,7 +81,8 @@ SETTINGS_GROUPS = (  # (title, description, settings class, with the settings it
 )
 
 
-def parse_args(argv: list[str] | None) -> argparse.Namespace:
+def build_parser() -> argparse.ArgumentParser:
+    """run.py's parser: every flag, its help and default."""
     parser = argparse.ArgumentParser(
         prog="run.py",
         usage=USAGE,
@@ -89,6 +94,12 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     add_scale_flags(parser)
     for title, description, cls, nested in SETTINGS_GROUPS:
         settings.add_flags(parser.add_argument_group(title, description), cls, nested)
+    return parser
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    """The flags of `argv`, every value and combination checked (argparse's exit 2 if not)."""
+    parser = build_parser()
     args = parser.parse_args(argv)
     if args.solution and not args.problem:
         parser.error("--solution needs --problem (which reference should it be checked against?)")
@@ -100,13 +111,35 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         parser.error("--audit needs --problem, --all or --problems")
     if args.forget and (not args.problem or args.solution or args.audit_only):
         parser.error("--forget needs --problem, and takes no --solution or --audit")
+    if args.machine_folder is not None and not (args.render or args.forget):
+        parser.error("--machine-folder goes with --render or --forget")
+    if args.machine_folder is not None and Path(args.machine_folder).name in ("", ".", ".."):
+        parser.error(
+            f"--machine-folder {args.machine_folder!r}: name a folder, such as nvidia-h200"
+        )
+    if args.machine_folder is not None and Path(args.machine_folder).name != args.machine_folder:
+        parser.error(
+            f"--machine-folder {args.machine_folder}: takes a folder's name under --results-dir "
+            "(such as nvidia-h200), not a path; --results-dir says where those folders are"
+        )
     if not args.recording and (args.forget or args.audit_only or not (args.problem or args.all)):
-        parser.error("--no-record is for a run (--problem or --all), not --forget or --audit")
+        parser.error(f"--no-record is for a run (--problem or --all), not {_mode(args)}")
     try:  # the values alone, before the device is resolved: bad flags fail before any work
         settings.from_flags(args)
+        settings.within("--threshold", args.threshold, 0, 1)
+        if args.build_jobs is not None:
+            settings.within("--build-jobs", args.build_jobs, 1)
     except ValueError as err:
         parser.error(str(err))
     return args
+
+
+def _mode(args: argparse.Namespace) -> str:
+    """The flag that says what `args` do, other than a run of --problem or --all."""
+    for flag in ("forget", "audit_only", "render", "compare", "list", "problems"):
+        if getattr(args, flag):
+            return "--audit" if flag == "audit_only" else f"--{flag}"
+    return "this"
 
 
 def _epilog() -> str:
@@ -134,8 +167,8 @@ def _add_actions(parser: argparse.ArgumentParser) -> None:
     what.add_argument(
         "--render",
         action="store_true",
-        help="re-render every table, chart and summary under --results-dir from the recorded "
-        "runs (no GPU needed), then exit",
+        help="re-render every table, chart and the summary of this machine's folder under "
+        "--results-dir (or --machine-folder's) from its recorded runs, then exit",
     )
     what.add_argument(
         "--compare",
@@ -166,11 +199,23 @@ def _add_actions(parser: argparse.ArgumentParser) -> None:
         "where a zero, constant or memorised answer would pass, refuse a failing one), then "
         "exit",
     )
+    _add_keeping(parser)
+
+
+def _add_keeping(parser: argparse.ArgumentParser) -> None:
+    """What is kept: --forget, the folder it and --render act on, and --no-record."""
     parser.add_argument(
         "--forget",
         metavar="SOLUTION",
-        help="with --problem: drop this solution's rows (by name or path) from the tables under "
-        "--results-dir, then re-render them; runs.jsonl keeps its records and gains a removal line",
+        help="with --problem: drop this solution's rows (by name or path) from the tables of "
+        "this machine's folder under --results-dir (or --machine-folder's), then re-render "
+        "them; runs.jsonl keeps its records and gains a removal line",
+    )
+    parser.add_argument(
+        "--machine-folder",
+        metavar="NAME",
+        help="with --render or --forget: act on <results-dir>/NAME (such as nvidia-h200) "
+        "instead of this machine's folder, the one a run here writes (cpu without a GPU)",
     )
     parser.add_argument(
         "--no-record",

@@ -19,6 +19,8 @@ import subprocess
 import threading
 from pathlib import Path
 
+from harness.run import ending
+
 PROC = Path("/proc")
 WALKS = 3  # walks of a tree after stopping what the last found: a process forked meanwhile
 
@@ -89,38 +91,15 @@ def _stop_trees(roots: set[int] | list[int]) -> set[int]:
     Each walk reads /proc once, for every tree at once."""
     stopped: set[int] = set()
     for _ in range(WALKS):
-        children = _children()
-        found = [pid for root in roots for pid in _tree(root, children) if pid not in stopped]
+        children = ending.children()
+        found = [pid for root in roots for pid in ending.tree(root, children)]
+        found = [pid for pid in found if pid not in stopped]
         if not found:
             break
         for pid in found:
             if _signal(pid, signal.SIGSTOP):
                 stopped.add(pid)
     return stopped
-
-
-def _children() -> dict[int, list[int]]:
-    """Every process's children, from each one's parent in /proc/<pid>/stat."""
-    children: dict[int, list[int]] = {}
-    for entry in PROC.iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            stat = (entry / "stat").read_text()
-        except OSError:
-            continue  # gone meanwhile
-        parent = int(stat[stat.rindex(")") + 2 :].split()[1])  # the field after the state
-        children.setdefault(parent, []).append(int(entry.name))
-    return children
-
-
-def _tree(root: int, children: dict[int, list[int]]) -> list[int]:
-    """`root` and its descendants in `children`, parents before children."""
-    order, at = [root], 0
-    while at < len(order):
-        order += children.get(order[at], [])
-        at += 1
-    return order
 
 
 def _signal(pid: int, number: int) -> bool:

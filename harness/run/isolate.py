@@ -42,7 +42,7 @@ from harness.measure.events import (
 )
 from harness.measure.judged import Judged, failure, harness_failure
 from harness.measure.spare import waiting
-from harness.run import sandboxing, staging
+from harness.run import ending, sandboxing, staging
 from harness.run.holding import Held
 from harness.settings import Limits
 
@@ -167,14 +167,21 @@ def run_isolated(
     finally:
         if held is not None:
             held.discard(process.pid)
-        if process.is_alive():
-            process.kill()
+        _end(process)
         process.join(JOIN_S)
         receiver.close()
         gate.close()
         if scratch is not None:
             judged = _taken_out(job, process.pid, scratch, judged, staging_s)
     return judged
+
+
+def _end(process: Any) -> None:
+    """Kill a job's worker, and first what it started (ninja and its compilers, which a killed
+    worker would leave running)."""
+    if process.is_alive():
+        ending.end_tree(process.pid)
+        process.kill()
 
 
 def _serve(scratch: Path, job: worker.Job, held: Held | None) -> None:
@@ -280,7 +287,7 @@ def _watch(
         started = build_start if build_start is not None else phase_start
         elapsed = time.monotonic() - started
         if elapsed > limit:
-            process.kill()
+            _end(process)
             if phase == "start":  # the solution was not even imported: no verdict on it
                 return harness_failure(f"the worker did not start within {limit:g} s")
             step = "build" if build_start is not None else phase

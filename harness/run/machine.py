@@ -15,6 +15,8 @@ import torch
 
 from harness.measure import gpustate
 from harness.record import Machine
+from harness.run import ending
+from harness.settings import Settings
 
 
 def describe(device: torch.device, repo: Path) -> Machine:
@@ -59,20 +61,13 @@ def loaded(described: Machine, device: torch.device) -> Machine:
 
 def _ours() -> set[int]:
     """This process and its descendants (its workers, and what they started), by /proc."""
-    parents: dict[int, int] = {}
-    for stat in Path("/proc").glob("[0-9]*/stat"):
-        try:
-            # "pid (name) state ppid ...": the name may hold spaces and parentheses
-            parents[int(stat.parent.name)] = int(stat.read_text().rpartition(")")[2].split()[1])
-        except (OSError, ValueError, IndexError):
-            continue  # it ended, or is not ours to read
-    ours = {os.getpid()}
-    grown = True
-    while grown:
-        found = {pid for pid, parent in parents.items() if parent in ours}
-        grown = not found <= ours
-        ours |= found
-    return ours
+    return set(ending.tree(os.getpid(), ending.children()))
+
+
+def results_folder(settings: Settings, info: Machine) -> Path:
+    """The results folder of a run with `settings` on the machine `info` describes, under
+    --results-dir: the machine's slug, with the profile's suffix (`-kernelbench`)."""
+    return settings.places.results_dir / (slug(info) + settings.results_folder_suffix)
 
 
 def slug(info: Machine) -> str:

@@ -22,7 +22,7 @@ from harness.run import machine, ncu, replay, scan
 from harness.run.auditing import Auditing, RunJob
 from harness.run.discovery import ProblemSource, missing_model_new
 from harness.run.progress import Progress
-from harness.settings import REPO, Settings
+from harness.settings import REPO, Places, Settings, typed
 
 
 class Session:
@@ -48,9 +48,7 @@ class Session:
         self.machine = described or machine.describe(self.device, REPO)
         stamp = datetime.datetime.now(datetime.timezone.utc).strftime("%Y%m%d-%H%M%S")
         self.run_id = f"{stamp}-{secrets.token_hex(3)}"
-        self.folder = settings.places.results_dir / (
-            machine.slug(self.machine) + settings.results_folder_suffix
-        )
+        self.folder = machine.results_folder(settings, self.machine)
         self.recording = recording
         self._ceiling: Ceiling | None = None
         self._reference_hashes: dict[Path, str] = {}
@@ -70,6 +68,7 @@ class Session:
         if self.recording:
             folders.append(("--results-dir", places.results_dir, self.folder))
         for flag, given, folder in folders:
+            missing = files.first_missing(given)
             why = files.unwritable(folder)
             if why:
                 which = "it" if folder == given else str(folder)
@@ -77,6 +76,10 @@ class Session:
                     f"{flag} {given}: cannot create or write {which}: {why}; "
                     f"pass {flag} a folder you can write"
                 )
+            named = given != getattr(Places(), flag[2:].replace("-", "_"))
+            if missing is not None and named:  # the user's folder: say that it is new
+                new = "it" if missing == given else f"{typed(missing)}, and the folders in it,"
+                print(f"note: created {flag} {typed(given)} ({new} did not exist)")
 
     def ceiling(self, source: ProblemSource, run_job: RunJob) -> Ceiling | None:
         """The GPU's copy bandwidth, from the folder's cache or measured now in a worker by

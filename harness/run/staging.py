@@ -103,7 +103,10 @@ def finish(job: Job, scratch: Path, judged: Judged) -> Judged:
         judged = harness_failure(f"cannot write the worker's log {job.log_path}: {why}")
     build, cached = scratch / "build", cache_folder(job)
     made = _modules(build) if job.task not in REFERENCE_TASKS and build.is_dir() else {}
-    if made and (made != _recorded(cached) or not intact(cached)):
+    # Compiled again (other commands: its precompiled header's folder, say), the same modules
+    # or not: published, or every later job would compile it again.
+    again = made and _ninja_logs(build) != _ninja_logs(cached)
+    if made and (made != _recorded(cached) or not intact(cached) or again):
         publish(build, cached)
     met = violations(scratch, judged)
     shutil.rmtree(scratch, ignore_errors=True)
@@ -188,6 +191,11 @@ def _modules(folder: Path) -> dict[str, str]:
         for path in sorted(folder.rglob("*.so"))
         if path.is_file() and not path.is_symlink()
     }
+
+
+def _ninja_logs(folder: Path) -> dict[str, bytes]:
+    """What ninja noted of each build under `folder` (the commands it ran, and when)."""
+    return {str(p.relative_to(folder)): p.read_bytes() for p in sorted(folder.rglob(".ninja_log"))}
 
 
 def _recorded(folder: Path) -> dict[str, str] | None:
