@@ -170,6 +170,8 @@ def test_a_sandboxed_build_told_not_yet_keeps_the_commands_it_will_have_with_the
     assert "not yet" in (scratch / pch.REFUSED).read_text()  # its first compile goes without
     gch = asking.result(timeout=60)
     assert gch is not None and not gch.exists()
+    # counted once, by the harness: the sandboxed build wrote nothing (a write is a rejection)
+    assert (gch.parent.parent / "compiles").read_text() == "1\n"
     told = (build / "build.ninja").read_text()
     assert f"cflags = -I{gch.parent.parent} " in told and "harness_pch" not in told
     gch.write_bytes(b"")  # made later, for another build

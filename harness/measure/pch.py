@@ -104,7 +104,8 @@ def prepare(build: Path, root: Path) -> Path | None:
         return None
     folder = root / _key(cxx, version, flags, header, root)
     gch = folder / f"{HEADER}.gch"
-    if os.environ.get(READ_ONLY) == "1":  # in the sandbox: never made here, asked for
+    boxed = os.environ.get(READ_ONLY) == "1"
+    if boxed:  # in the sandbox: never made or counted here (a write is a rejection), asked for
         if not gch.is_file() and _compile_due(build, compiles):
             ask(cxx, flags, header, gch)  # made, not yet, or refused: the folder says which
         beside = folder / HEADER  # the harness's, for a header it will make now or later
@@ -115,7 +116,7 @@ def prepare(build: Path, root: Path) -> Path | None:
     include = shlex.quote(f"-I{folder}")
     if include not in cflags.split():  # always: the commands stay the same, built or not
         text = re.sub(r"^cflags = ", lambda _: f"cflags = {include} ", text, count=1, flags=re.M)
-    if not gch.exists() and _compile_due(build, compiles) and _pays(folder):
+    if not boxed and not gch.exists() and _compile_due(build, compiles) and _pays(folder):
         text = _with_step(text, gch, [*shlex.split(cxx), "-x", "c++-header", str(header), *flags])
     ninja.write_text(text)
     return gch
