@@ -34,6 +34,7 @@ measure/   the worker process, one per solution: builds, checks and times it
     seen       the wall-clock cross-check after the timing: work the timer did not see
     builds     watch the extension builds a solution makes
     pch        PyTorch's extension header, precompiled once for every build
+    cuda_header  a CUDA unit compiled against <torch/types.h> where it compiles so
     sourcemap  point a compiler error in load_inline's generated files at the solution's .py
     checking   build Model and ModelNew alike and check every case
     audit      find where a zero, constant or memorised answer would pass a problem (flagged),

@@ -135,6 +135,9 @@ class Build:
     cached: bool = field(default=False, metadata=omitted_when(False))  # from the build cache
     # how it could build faster (harness.measure.builds.slow_header)
     hint: str | None = field(default=None, metadata=OMIT_NONE)
+    # what its CUDA units read for <torch/extension.h>: "torch/types.h" or "as written"
+    # (harness.measure.cuda_header); None where none includes it, and in older records
+    cuda_header: str | None = field(default=None, metadata=OMIT_NONE)
 
 
 @dataclass(frozen=True)

@@ -257,6 +257,9 @@ elif [ "$part" = kernelbench-all ]; then
   # while the machine stays warm), each level's sweep (--check-only --resume) and KernelBench's
   # own evaluator on the same builds (correctness only); each call waits while time allows and
   # copies what is done. KB_SRC: a KernelBench checkout; KB_WHEELS: pydantic and einops wheels.
+  # KB_SWEEP_FLAGS: more run.py flags for the sweeps (`--sandbox off` keeps each build in the
+  # folder KernelBench's load_inline uses, so its evaluator compiles nothing again); KB_AUDITS=0
+  # leaves out the separate audits (each sweep audits its problems anyway).
   root=${KB_ROOT:?kernelbench-all needs KB_ROOT} levels=${KB_LEVELS:-3 2 1}
   if [ -n "${KB_WHEELS:-}" ] && [ ! -d "$state/kb-site" ]; then
     $python -m pip install -q --no-index --no-deps --target "$state/kb-site" "$KB_WHEELS"/*.whl
@@ -268,16 +271,20 @@ elif [ "$part" = kernelbench-all ]; then
     touch "$state/chain.started"
     setsid bash -c "for level in $levels; do
         $python run.py --problems $root/problems/level\$level --solutions $root/solutions/level\$level \
-          --check-only --resume --build-jobs 16 --results-dir $state/kb >$state/sweep-\$level.txt 2>&1
+          --check-only --resume --build-jobs 16 --results-dir $state/kb ${KB_SWEEP_FLAGS:-} \
+          >$state/sweep-\$level.txt 2>&1
         echo \"sweep \$level exit: \$?\" >>$state/chain.txt
-        $python scripts/kernelbench_side_by_side.py measure $KB_SRC $root/problems/level\$level \
-          $root/solutions/level\$level .cache/builds $state/kb-\$level.jsonl --no-timing --resume \
-          >$state/kb-\$level.txt 2>&1
-        echo \"kernelbench \$level exit: \$?\" >>$state/chain.txt
+        while :; do  # a pair that leaves the CUDA context unusable ends a process (exit 3)
+          $python scripts/kernelbench_side_by_side.py measure $KB_SRC $root/problems/level\$level \
+            $root/solutions/level\$level .cache/builds $state/kb-\$level.jsonl --no-timing --resume \
+            >>$state/kb-\$level.txt 2>&1
+          code=\$?; [ \$code = 3 ] || break
+        done
+        echo \"kernelbench \$level exit: \$code\" >>$state/chain.txt
       done; echo done >>$state/chain.txt" </dev/null >/dev/null 2>&1 &
   fi
   for level in $levels; do
-    [ -f "$state/audit-$level.txt" ] || step "audit-$level" 240 $python run.py \
+    [ "${KB_AUDITS:-1}" = 0 ] || [ -f "$state/audit-$level.txt" ] || step "audit-$level" 240 $python run.py \
       --problems "$root/problems/level$level" --audit >"$state/audit-$level.txt"
   done
   while [ $((budget - SECONDS)) -gt 20 ] && ! grep -q '^done' "$state/chain.txt" 2>/dev/null; do

@@ -141,6 +141,13 @@ def measure(args: argparse.Namespace) -> None:
     kb_eval, kb_timing = import_kernelbench(Path(args.checkout))
     import torch
 
+    from harness.measure import cuda_header, pch
+
+    # The harness's changes to a build's commands, made the same way here, so that its builds
+    # are up to date for KernelBench's load_inline too, rather than compiled again.
+    cuda_header.install()
+    pch.install(Path(args.build_dir))
+
     device = torch.device("cuda:0")
     torch.cuda.set_device(device)
     arch = toolchain.arch_list(torch.cuda.get_device_capability(device), None)
@@ -199,7 +206,8 @@ def _one_pair(
     """eval_kernel_against_ref's steps on one pair, with KernelBench's own functions."""
     import torch
 
-    loaded = kb_eval.load_original_model_and_inputs(problem.read_text(), {})
+    context: dict[str, Any] = {}  # one namespace for both files, as eval_kernel_against_ref has
+    loaded = kb_eval.load_original_model_and_inputs(problem.read_text(), context)
     if loaded is None:
         raise RuntimeError("KernelBench could not load the problem (its load returned None)")
     model, get_init_inputs, drawn_on_host = loaded
@@ -208,7 +216,7 @@ def _one_pair(
         with torch.device(device):
             return drawn_on_host()
 
-    model_new = kb_eval.load_custom_model(solution.read_text(), {}, build)
+    model_new = kb_eval.load_custom_model(solution.read_text(), context, build)
     if model_new is None:
         raise RuntimeError("KernelBench could not load ModelNew (a syntax error, or none defined)")
     kb_eval.set_seed(42)

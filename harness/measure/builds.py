@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from harness.measure import pch, sourcemap
+from harness.measure import cuda_header, pch, sourcemap
 from harness.measure.events import BuildEnd, BuildStart
 
 Notify = Callable[[BuildStart | BuildEnd], None]
@@ -35,6 +35,8 @@ class Build:
     seconds: float | None = None
     cached: bool = False  # loaded from the build cache: nothing was compiled
     hint: str | None = None  # how it could build faster (slow_header)
+    # what its CUDA units read for <torch/extension.h> (harness.measure.cuda_header)
+    cuda_header: str | None = None
 
     def describe(self) -> str:
         if self.cached:
@@ -73,6 +75,7 @@ class BuildWatcher:
 
         for name in ("load_inline", "load"):
             setattr(cpp_extension, name, self._wrap(getattr(cpp_extension, name), name))
+        cuda_header.install()  # before the precompiled header's wrapper, which runs around it
         if self.cache is not None:
             pch.install(self.cache)
 
@@ -91,12 +94,15 @@ class BuildWatcher:
             self.notify(BuildStart(current.name, current.cuda, found=bool(modules)))
             self.log_offset = self.log.stat().st_size if self.log and self.log.exists() else 0
             start = time.perf_counter()
+            cuda_header.take()  # what an earlier, failed build left in the tally
             result = original(*bound.args, **bound.kwargs)
             current.seconds = time.perf_counter() - start
             current.cached = bool(modules) and _modules(bound.arguments) == modules
             self.builds.append(current)
             self.current = None
-            current.hint = None if current.cached else slow_header(kind, bound.arguments)
+            current.cuda_header = cuda_header.take()
+            if not (current.cached or current.cuda_header):  # the light header was not tried
+                current.hint = slow_header(kind, bound.arguments)
             self.notify(BuildEnd(current.name, current.seconds, current.cached, current.hint))
             return result
 
@@ -110,7 +116,7 @@ class BuildWatcher:
         if self.log and self.log.exists():
             with open(self.log, "rb") as handle:
                 handle.seek(self.log_offset)
-                text = handle.read().decode(errors="replace")
+                text = cuda_header.first_error_text(handle.read().decode(errors="replace"))
         return _short(sourcemap.annotate(_first_error(f"{text}\n{err}"), solution))
 
 
