@@ -13,6 +13,7 @@ run/       the parent process, one per run.py: finds the work and drives it
     resume     --resume: what is already recorded for the same solution, toolchain, settings
     session    run the solutions of a problem, each in a worker, and record each result
     auditing   the audits of a run's problems: on a GPU all in one worker, warnings and refusals
+    audit_cache  audit answers kept across runs in the build cache, by the reference's content
     isolate    spawn the worker with time limits and turn any failure into a status
     holding    the pool's builds, stopped while a timing runs (a run judges as it builds)
     ending     process trees: what a run or a job started ends with it (SIGTERM as Ctrl-C)

@@ -4,8 +4,9 @@ On a CPU the reference runs here; on a GPU in workers, so that run.py's process 
 the GPU, and every problem of the run in one worker (`audit_all`): a worker's start, CUDA's
 included, costs seconds, and one worker a problem made a 21-problem sweep wait minutes before
 its first solution. A problem that worker could not audit (it died, say) is audited alone, in
-a worker of its own, when it is prepared. Warnings are said on the console; a rejection is the
-run's refusal of the problem, with the command that lists every finding.
+a worker of its own, when it is prepared. Answers are kept across runs (harness.run.audit_cache),
+so only problems not audited before are audited. Warnings are said on the console; a rejection
+is the run's refusal of the problem, with the command that lists every finding.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from harness.measure.judged import Judged
 from harness.measure.worker import Job
 from harness.record import Finding
 from harness.run import replay
+from harness.run.audit_cache import AuditCache
 from harness.run.discovery import ProblemSource
 from harness.run.progress import Progress
 from harness.settings import Settings
@@ -30,6 +32,7 @@ from harness.settings import Settings
 RunJob = Callable[[Job], Judged]  # runs a job in a worker on one of the run's slots
 ReferenceJob = Callable[[ProblemSource, str, str], Job]  # (source, task, log label) -> Job
 ReferenceResult = Callable[[ProblemSource, str, RunJob], Judged]  # (source, task, run)
+ReferenceHash = Callable[[ProblemSource], str]  # the reference's sources (toolchain.source_hash)
 
 
 class Auditing:
@@ -41,8 +44,12 @@ class Auditing:
         progress: Progress,
         reference_job: ReferenceJob,
         reference_result: ReferenceResult,
+        kept: tuple[AuditCache, ReferenceHash] | None = None,
     ) -> None:
+        """`kept`: the answers of earlier runs, and the digest they are kept by; None audits
+        every problem."""
         self.settings = settings
+        self.kept = kept
         self.device = torch.device(settings.device)
         self.progress = progress
         self.reference_job = reference_job
@@ -53,13 +60,26 @@ class Auditing:
     def audit_all(self, sources: Sequence[ProblemSource], run_job: RunJob) -> None:
         """On a GPU, audit every problem of `sources` in one worker (`run_job`), ahead of
         their `check`; where that worker fails, each is audited alone later."""
-        if self.device.type == "cpu" or not self.settings.audit or len(sources) < 2:
+        if self.device.type == "cpu" or not self.settings.audit:
             return
-        job = self.reference_job(sources[0], "audit", "audits")
-        job = replace(job, sources=tuple((s.name, str(s.reference)) for s in sources))
+        for source in sources:
+            answer = self._kept(source)
+            if answer is not None:
+                self._audited[source.name] = answer
+        left = [s for s in sources if s.name not in self._audited]
+        if len(sources) > len(left):
+            told = f"{len(sources) - len(left)} of {len(sources)} problem(s)"
+            self.progress.note(f"audits: {told} audited before (kept in the build cache)")
+        if len(left) < 2:  # one is audited alone, when it is prepared
+            return
+        job = self.reference_job(left[0], "audit", "audits")
+        job = replace(job, sources=tuple((s.name, str(s.reference)) for s in left))
         result = run_job(job)
         if result.ok:  # a harness failure is never ok
-            self._audited.update(result.audits or {})
+            answers = result.audits or {}
+            self._audited.update(answers)
+            for source in left:
+                self._keep(source, answers.get(source.name))
 
     def check(
         self, source: ProblemSource, problem: Problem, run_job: RunJob
@@ -96,15 +116,25 @@ class Auditing:
     def findings(self, source: ProblemSource, problem: Problem, run_job: RunJob) -> list[Finding]:
         """The audit's findings on `problem`: on a CPU here, on a GPU from `audit_all`'s
         worker or else a worker of its own (`run_job`)."""
-        if self.device.type == "cpu":
-            return audit.audit_problem(problem, self.device, self.settings.checking.tolerance)
-        answer = self._audited.pop(source.name, None)
-        if answer is None:
+        answer = self._audited.pop(source.name, None) or self._kept(source)
+        if answer is None and self.device.type == "cpu":
+            tolerance = self.settings.checking.tolerance
+            answer = audit.Audited(tuple(audit.audit_problem(problem, self.device, tolerance)))
+            self._keep(source, answer)
+        elif answer is None:
             answers = self.reference_result(source, "audit", run_job).audits or {}
             answer = answers.get(source.name, audit.Audited(error="no answer from its worker"))
+            self._keep(source, answer)
         if answer.error is not None:
             raise UserError(f"{source.name}: its audit failed: {answer.error}")
         return list(answer.findings)
+
+    def _kept(self, source: ProblemSource) -> audit.Audited | None:
+        return self.kept[0].get(self.kept[1](source)) if self.kept else None
+
+    def _keep(self, source: ProblemSource, answer: audit.Audited | None) -> None:
+        if self.kept and answer is not None:
+            self.kept[0].put(self.kept[1](source), answer)
 
     def _note_default_shapes_only(self) -> None:
         """Said once a run, not per problem: a problem file without CASES (KernelBench's are

@@ -19,6 +19,7 @@ from harness.record import BenchRow, Ceiling, Finding, Machine, RunRecord
 from harness.results import baselines, rendering, report
 from harness.results.baselines import Baseline, BaselineKey, MeasuredBy
 from harness.run import machine, ncu, replay, scan
+from harness.run.audit_cache import AuditCache
 from harness.run.auditing import Auditing, RunJob
 from harness.run.discovery import ProblemSource, missing_model_new
 from harness.run.progress import Progress
@@ -55,8 +56,18 @@ class Session:
         self._earlier: dict[str, RunRecord] | None = None  # by content, read once (on a CPU)
         self.weaknesses: dict[str, tuple[Finding, ...]] = {}  # by problem, from its audit
         self._check_places()
+        checking = settings.checking
+        on = self.machine.gpu or self.device.type
+        context = (torch.__version__, on, checking.tolerance, checking.profile)
+        kept = AuditCache(
+            settings.places.build_dir / ".audits", repr((*context, checking.kernelbench_tolerance))
+        )
         self.auditing = Auditing(
-            settings, self.progress, self._reference_job, self._reference_result
+            settings,
+            self.progress,
+            self._reference_job,
+            self._reference_result,
+            (kept, self.reference_hash),
         )
 
     def _check_places(self) -> None:
