@@ -1,11 +1,13 @@
 """Generate a load-test suite for sweeps: N small KernelBench problems, one solution each.
 
     python scripts/make_suite.py OUT [--count 100] [--seed 0] [--sizes default|level1]
+                                     [--samples 1] [--style harness|llm]
 
 writes
   OUT/problems/<name>.py               a KernelBench file (Model, get_inputs, get_init_inputs,
                                        SHAPE, ATOL/RTOL, CASES: odd sizes, and a strided view)
-  OUT/solutions/<name>/<kind>.py       exactly one solution of one of the kinds below
+  OUT/solutions/<name>/<kind>.py       one solution of one of the kinds below
+                                       (<kind>_sample_<k>.py for each of --samples N > 1)
   OUT/expected.json                    {"problems": N, "seed": S, "solutions": {"<name>/<kind>":
                                        {"kind", "cpu", "cuda"}}}: each solution's status on a
                                        machine without a GPU, and on one with
@@ -24,6 +26,10 @@ turns within a family; shapes, dtypes and dimensions are drawn from the seed. Th
 seed and sizes give the same files. `--sizes level1` draws KernelBench level-1 sizes instead
 (LEVEL1_SHAPES: every input 16-270 MB, where the default's are kilobytes to a few MB), for
 measuring checking and timing on work like the real one; its extra cases are a quarter size.
+`--style llm` writes each cuda_ok solution as LLMs write KernelBench solutions: all its C++ and
+CUDA in cuda_sources under `<torch/extension.h>` and `<cuda_runtime.h>`, a declaration-only
+cpp_sources, `verbose=True`, `extra_cflags=[""]`; `--samples N` writes N solutions a problem,
+whose kernels are the same text in the even samples (a cache of compiled units can reuse them).
 
 A sweep runs the whole suite (scripts/load_test.py does this, checks and times it):
 
@@ -85,6 +91,7 @@ LEVEL1_SHAPES: dict[str, list[tuple[int, ...]]] = {
     "softmax": [(8192, 8192), (4096, 16384), (65536, 1000), (64, 1024, 1025)],
 }
 SIZES = {"default": SHAPES, "level1": LEVEL1_SHAPES}
+STYLES = ("harness", "llm")  # how a cuda_ok solution is written (suite_sources)
 FAMILIES = tuple(SHAPES)
 
 
@@ -339,16 +346,21 @@ def plain_body(spec: Spec) -> list[str]:
     ]
 
 
-def solution_source(spec: Spec) -> str:
-    """The text of the problem's one solution."""
+def solution_source(spec: Spec, sample: int = 0, style: str = "harness") -> str:
+    """The text of the problem's solution number `sample`, written in `style` (STYLES). The
+    samples of a problem compute alike; a cuda_ok one's kernels are the same text as sample 0's
+    in the even samples, and launch blocks of 128 threads rather than 256 in the odd ones."""
     if spec.kind == "cuda_ok":
         items = ["x", "y"][: spec.op.inputs] + (["*self.parameters()"] if spec.op.params else [])
         dim = "self.dim" if spec.dim is not None else "0"
         body = [f"return _ext.run([{', '.join(items)}], {dim})"]
         torch_name, ctype, aten = DTYPES[spec.dtype]
         cpp, cuda = suite_kernels.sources(spec.op.family, torch_name, ctype, aten, spec.op.cuda)
+        if sample % 2:
+            cuda = cuda.replace("kThreads = 256;", "kThreads = 128;")
+        name = spec.name if sample == 0 else f"{spec.name}_s{sample}"
         extension = "from torch.utils.cpp_extension import load_inline\n"
-        extension += suite_sources.extension_module(spec.name, cpp, cuda)
+        extension += suite_sources.extension_module(name, cpp, cuda, style)
     else:
         body, extension = plain_body(spec), ""
     imports = "\nimport os\n" if spec.crash in ("exit", "abort") else ""
@@ -365,22 +377,27 @@ def solution_source(spec: Spec) -> str:
     )
 
 
-def write_suite(out: Path, specs: list[Spec], seed: int) -> None:
-    """Write the problems, their solutions and expected.json under `out`."""
+def solution_name(spec: Spec, sample: int, samples: int) -> str:
+    """The solution's file stem: its kind, and its sample's number where there are several."""
+    return spec.kind if samples == 1 else f"{spec.kind}_sample_{sample}"
+
+
+def write_suite(
+    out: Path, specs: list[Spec], seed: int, samples: int = 1, style: str = "harness"
+) -> None:
+    """Write the problems, `samples` solutions of each and expected.json under `out`."""
+    solutions = {}
     for spec in specs:
         problem = out / "problems" / f"{spec.name}.py"
-        solution = out / "solutions" / spec.name / f"{spec.kind}.py"
-        for path, text in (
-            (problem, problem_source(spec, seed)),
-            (solution, solution_source(spec)),
-        ):
-            path.parent.mkdir(parents=True, exist_ok=True)
-            path.write_text(text, encoding="utf-8")
-    expected = {
-        "problems": len(specs),
-        "seed": seed,
-        "solutions": {f"{spec.name}/{spec.kind}": spec.expected for spec in specs},
-    }
+        problem.parent.mkdir(parents=True, exist_ok=True)
+        problem.write_text(problem_source(spec, seed), encoding="utf-8")
+        for sample in range(samples):
+            stem = solution_name(spec, sample, samples)
+            solution = out / "solutions" / spec.name / f"{stem}.py"
+            solution.parent.mkdir(parents=True, exist_ok=True)
+            solution.write_text(solution_source(spec, sample, style), encoding="utf-8")
+            solutions[f"{spec.name}/{stem}"] = spec.expected
+    expected = {"problems": len(specs), "seed": seed, "solutions": solutions}
     (out / "expected.json").write_text(json.dumps(expected, indent=1) + "\n", encoding="utf-8")
 
 
@@ -398,16 +415,27 @@ def main(argv: list[str] | None = None) -> int:
         help="default: small inputs (kilobytes to a few MB); level1: KernelBench level-1 "
         "sizes, 16-270 MB an input",
     )
+    parser.add_argument(
+        "--samples", type=int, default=1, help="solutions of each problem (default: 1)"
+    )
+    parser.add_argument(
+        "--style",
+        choices=STYLES,
+        default="harness",
+        help="harness: CUDA solutions written as the shipped ones are (no torch header in "
+        "cuda_sources); llm: as LLMs write them for KernelBench (default: harness)",
+    )
     args = parser.parse_args(argv)
-    if args.count < 1:
-        parser.error("--count must be at least 1")
+    if args.count < 1 or args.samples < 1:
+        parser.error("--count and --samples must be at least 1")
     taken = [args.out / name for name in ("problems", "solutions") if (args.out / name).exists()]
     if taken:
         parser.error(f"{taken[0]} exists: write the suite into a new folder")
     specs = plan(args.count, args.seed, args.sizes)
-    write_suite(args.out, specs, args.seed)
+    write_suite(args.out, specs, args.seed, args.samples, args.style)
     quotas = ", ".join(f"{n} {kind}" for kind, n in kind_quotas(args.count).items())
-    print(f"{args.out}: {args.count} problems, one solution each ({quotas})")
+    each = "one solution" if args.samples == 1 else f"{args.samples} solutions"
+    print(f"{args.out}: {args.count} problems, {each} each, {args.style} style ({quotas})")
     return 0
 
 

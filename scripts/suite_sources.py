@@ -100,6 +100,33 @@ _ext = load_inline(
 ''')
 
 
-def extension_module(name: str, cpp: str, cuda: str) -> str:
-    """The Python that builds solution `name`'s extension (as `_ext`) from its two sources."""
-    return MODULE.substitute(name=name, cpp=cpp, cuda=cuda)
+# As LLMs write a KernelBench solution: every line of C++ and CUDA in cuda_sources, headed by
+# <torch/extension.h> and <cuda_runtime.h>; cpp_sources only declares the function; verbose
+# output, empty extra flags, torch's implicit headers.
+LLM_MODULE = Template('''
+cuda_source = r"""
+#include <torch/extension.h>
+#include <cuda_runtime.h>
+$cuda
+$cpp"""
+
+cpp_source = "torch::Tensor run(std::vector<torch::Tensor> inputs, int64_t dim);"
+
+_ext = load_inline(
+    name="suite_$name",
+    cpp_sources=cpp_source,
+    cuda_sources=cuda_source,
+    functions=["run"],
+    verbose=True,
+    extra_cflags=[""],
+    extra_ldflags=[""],
+)
+''')
+
+
+def extension_module(name: str, cpp: str, cuda: str, style: str = "harness") -> str:
+    """The Python that builds solution `name`'s extension (as `_ext`) from its two sources:
+    as the harness's own solutions are written (`style` "harness"), or as LLMs write them
+    ("llm")."""
+    template = LLM_MODULE if style == "llm" else MODULE
+    return template.substitute(name=name, cpp=cpp, cuda=cuda)

@@ -328,3 +328,70 @@ def test_check_sweep_judges_by_the_records_device_unless_told(suite: Path, tmp_p
     mixed = [*on_gpu[1:], records(suite)[0]]
     assert check(suite, tmp_path / "b", mixed) == 2  # both devices: --device must say which
     assert check_sweep.main([str(tmp_path / "none"), str(suite / "expected.json")]) == 2
+
+
+def _llm_suite(out: Path, samples: int) -> Path:
+    arguments = [str(out), "--count", "10", "--seed", str(SEED), "--samples", str(samples)]
+    assert make_suite.main([*arguments, "--style", "llm"]) == 0
+    return out
+
+
+def _load_inline_of(solution: Path) -> tuple[dict[str, Any], dict[str, str]]:
+    """The load_inline call's keyword arguments (their values where constant) and the file's
+    string constants by name."""
+    tree = ast.parse(solution.read_text())
+    build = next(
+        c
+        for c in ast.walk(tree)
+        if isinstance(c, ast.Call) and getattr(c.func, "id", None) == "load_inline"
+    )
+    texts = {
+        target.id: str(node.value.value)
+        for node in tree.body
+        if isinstance(node, ast.Assign) and isinstance(node.value, ast.Constant)
+        for target in node.targets
+        if isinstance(target, ast.Name)
+    }
+    arguments = {k.arg or "": getattr(k.value, "value", k.value) for k in build.keywords}
+    return arguments, texts
+
+
+def test_the_llm_style_writes_cuda_solutions_as_llms_write_them(tmp_path: Path) -> None:
+    suite = _llm_suite(tmp_path / "llm", samples=3)
+    expected = json.loads((suite / "expected.json").read_text())["solutions"]
+    cuda_ok = {key: value for key, value in expected.items() if value["kind"] == "cuda_ok"}
+    assert len(expected) == 30 and len(cuda_ok) == 18
+    kernels: dict[str, list[str]] = {}
+    for key in cuda_ok:
+        problem, stem = key.split("/")
+        arguments, texts = _load_inline_of(suite / "solutions" / problem / f"{stem}.py")
+        cuda = texts["cuda_source"]
+        assert cuda.lstrip().startswith("#include <torch/extension.h>\n#include <cuda_runtime.h>")
+        assert "__global__" in cuda and "torch::Tensor run(" in cuda
+        assert texts["cpp_source"] == (
+            "torch::Tensor run(std::vector<torch::Tensor> inputs, int64_t dim);"
+        )
+        assert arguments["verbose"] is True and "no_implicit_headers" not in arguments
+        assert [e.value for e in arguments["extra_cflags"].elts] == [""]
+        kernels.setdefault(problem, []).append(cuda)
+    for problem, (first, second, third) in kernels.items():
+        assert first == third and first != second, problem  # even samples: the same kernels
+
+
+@pytest.mark.build
+def test_an_llm_shaped_solution_compiles_against_the_light_header(tmp_path: Path, cli) -> None:
+    """The whole way, with nvcc (no GPU needed): run.py builds an LLM-shaped solution, and its
+    CUDA unit, which includes <torch/extension.h>, compiles against <torch/types.h>."""
+    suite = _llm_suite(tmp_path / "llm", samples=1)
+    expected = json.loads((suite / "expected.json").read_text())["solutions"]
+    key = next(k for k, v in expected.items() if v["kind"] == "cuda_ok")
+    problem, stem = key.split("/")
+    solution = suite / "solutions" / problem / f"{stem}.py"
+    problem_file = str(suite / "problems" / f"{problem}.py")
+    code = cli("--problem", problem_file, "--solution", str(solution), "--compile-cuda")
+    assert code == 0
+    record = cli.record(stem)
+    assert record["status"] == status.NO_GPU
+    (build,) = record["builds"]
+    assert build["cuda"] and build["cuda_header"] == "torch/types.h"
+    assert "hint" not in build
