@@ -218,21 +218,11 @@ def test_cuda_sources_include_no_torch_header_and_share_the_launcher(suite: Path
     standard headers (and load_inline is told to add none, else it puts torch/types.h atop it),
     main.cpp the torch ones, and both declare the same launcher, which cuda.cu defines."""
     for name, solution in solutions_of(suite, "cuda_ok"):
-        tree = ast.parse(solution.read_text())
-        texts = {
-            target.id: str(node.value.value)
-            for node in tree.body
-            if isinstance(node, ast.Assign) and isinstance(node.value, ast.Constant)
-            for target in node.targets
-            if isinstance(target, ast.Name)
-        }
+        flags, texts = _load_inline_of(solution)
         cpp, cuda = texts["CPP_SOURCE"], texts["CUDA_SOURCE"]
         headers = re.findall(r"#include <([^>]+)>", cuda)
         assert headers and not [h for h in headers if h.startswith(("torch", "ATen", "c10"))]
         assert "#include <torch/extension.h>" in cpp and "__global__" not in cpp, name
-        calls = [n for n in ast.walk(tree) if isinstance(n, ast.Call)]
-        build = next(c for c in calls if getattr(c.func, "id", None) == "load_inline")
-        flags = {k.arg: getattr(k.value, "value", None) for k in build.keywords}
         assert flags["no_implicit_headers"] is True, name
         declared = re.findall(r"^(cudaError_t launch_\w+\([^)]*\));$", cpp, re.MULTILINE)
         assert len(declared) == 1 and f"{declared[0]};" in cuda and f"{declared[0]} {{" in cuda
