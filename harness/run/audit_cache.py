@@ -3,9 +3,10 @@
 A problem's audit (harness.measure.audit) reads only its reference: its answer is kept in the
 build cache, `<build cache>/.audits/<key>.json`, under a key made of the reference's sources
 (toolchain.source_hash), every file of the harness's own code (a change to how it audits makes
-new keys), torch's version, the device (the GPU's name, or "cpu") and the tolerance the run
-overrides. Only answers are kept, never an audit that failed to run. A sweep of problems audited
-before goes straight to judging once its first build is done.
+new keys), torch's version, the device (the GPU's name, or "cpu"), the tolerance the run
+overrides and its profile (--as, with its tolerance). Only answers are kept, never an audit
+that failed to run. A sweep of problems audited before goes straight to judging once its
+first build is done.
 """
 
 from __future__ import annotations
@@ -26,7 +27,7 @@ HARNESS = Path(__file__).resolve().parent.parent  # the package whose code makes
 
 class AuditCache:
     """Audit answers by key, in `folder` (see the module doc); `context` is what besides the
-    reference the answer depends on here: torch, the device, the tolerance."""
+    reference the answer depends on here: torch, the device, the tolerance, the profile."""
 
     def __init__(self, folder: Path, context: str) -> None:
         self.folder = folder
