@@ -37,6 +37,9 @@
 #     bash scripts/gpu_session.sh kernelbench-all   issue 43: every problem of KB_LEVELS judged
 #                     (audits, sweeps, KernelBench's evaluator beside; see the part), resumable
 #                     over several calls on one warm machine
+#   KB_ROOT=... KB_SRC=... KB_WHEELS=... bash scripts/gpu_session.sh kernelbench-finish
+#                     issue 43's rest (see the part): the comparison's memory, the TF32 check,
+#                     then each level swept and KernelBench's evaluator in KB_SHARDS processes
 #   KB_SRC=<KernelBench checkout> KB_PROBLEMS=<its level1 files> bash scripts/gpu_session.sh \
 #       kernelbench   the side-by-side with KernelBench's own evaluator (docs/kernelbench.md, "Judged as
 #                     KernelBench judges"): builds first, KernelBench's evaluator, then the
@@ -294,6 +297,72 @@ elif [ "$part" = kernelbench-all ]; then
   for level in $levels; do
     tail -n 12 "$state/sweep-$level.txt" 2>/dev/null | tee -a "$out/summary.txt"
   done
+elif [ "$part" = kernelbench-finish ]; then
+  # Issue 43's rest, resumable over calls on one warm machine: the comparison's memory on a
+  # 5.4e9-element output; the TF32 check (KB_TF32_LEVEL's problems KB_TF32_ONLY, default level
+  # 2's 19,20,26: the harness's two profiles, and KernelBench's evaluator with PyTorch's TF32
+  # settings and with TF32 off); then in the background, for each level of KB_LEVELS (default
+  # "1 2 3"), the sweep (--check-only --resume --sandbox off: builds stay where KernelBench's
+  # load_inline finds them) and KernelBench's evaluator on the same builds in KB_SHARDS
+  # processes at once (correctness only; from problem KB_FROM_<level>, default 1).
+  root=${KB_ROOT:?kernelbench-finish needs KB_ROOT} levels=${KB_LEVELS:-1 2 3} shards=${KB_SHARDS:-3}
+  if [ -n "${KB_WHEELS:-}" ] && [ ! -d "$state/kb-site" ]; then
+    $python -m pip install -q --no-index --no-deps --target "$state/kb-site" "$KB_WHEELS"/*.whl
+  fi
+  export PYTHONPATH=$state/kb-site
+  [ -f "$state/compare-memory.json" ] || step compare-memory 240 \
+    $python scripts/compare_memory.py --json "$state/compare-memory.json"
+  tf32_level=${KB_TF32_LEVEL:-2} tf32_only=${KB_TF32_ONLY:-19,20,26}
+  if ! [ -f "$state/tf32.done" ]; then
+    mkdir -p "$state/tf32/problems" "$state/tf32/solutions"
+    for n in ${tf32_only//,/ }; do
+      ln -sf "$PWD/$root/problems/level$tf32_level/${n}_"*.py "$state/tf32/problems/"
+      ln -sf "$PWD/$root/solutions/level$tf32_level/level_${tf32_level}_problem_${n}_sample_0_kernel.py" \
+        "$state/tf32/solutions/"
+    done
+    for profile in harness kernelbench; do
+      step "tf32-$profile" 200 $python run.py --problems "$state/tf32/problems" \
+        --solutions "$state/tf32/solutions" --check-only --sandbox off --build-jobs 16 \
+        --as "$profile" --results-dir "$state/tf32/$profile"
+    done
+    for tf32 in default off; do
+      step "tf32-kb-$tf32" 200 $python scripts/kernelbench_side_by_side.py measure "$KB_SRC" \
+        "$state/tf32/problems" "$state/tf32/solutions" .cache/builds "$state/tf32/kb-$tf32.jsonl" \
+        --no-timing --tf32 "$tf32"
+    done
+    touch "$state/tf32.done"
+  fi
+  if ! [ -f "$state/finish.started" ]; then
+    touch "$state/finish.started"
+    setsid bash -c "for level in $levels; do
+        $python run.py --problems $root/problems/level\$level --solutions $root/solutions/level\$level \
+          --check-only --resume --build-jobs 16 --sandbox off --results-dir $state/kb \
+          >$state/sweep-\$level.txt 2>&1
+        echo \"sweep \$level exit: \$?\" >>$state/chain.txt
+        from=\$(eval echo \\\${KB_FROM_\$level:-1})
+        for shard in \$(seq 0 \$(($shards - 1))); do
+          while :; do  # a pair that leaves the CUDA context unusable ends a process (exit 3)
+            $python scripts/kernelbench_side_by_side.py measure $KB_SRC $root/problems/level\$level \
+              $root/solutions/level\$level .cache/builds $state/kb-\$level.s\$shard.jsonl --no-timing \
+              --resume --only \$(seq -s, \$from 100) --shard \$shard/$shards >>$state/kb-\$level.txt 2>&1
+            code=\$?; [ \$code = 3 ] || break
+          done &
+        done
+        wait
+        echo \"kernelbench \$level done\" >>$state/chain.txt
+      done; echo done >>$state/chain.txt" </dev/null >/dev/null 2>&1 &
+  fi
+  while [ $((budget - SECONDS)) -gt 20 ] && ! grep -q '^done' "$state/chain.txt" 2>/dev/null; do
+    sleep 10
+  done
+  { cat "$state/chain.txt" 2>/dev/null
+    for level in $levels; do
+      tail -n 6 "$state/sweep-$level.txt" 2>/dev/null
+      cat "$state"/kb-"$level".s*.jsonl 2>/dev/null | $python -c 'import json, sys
+rows = [json.loads(line) for line in sys.stdin if line.strip()]
+right = sum(bool(r.get("correctness")) for r in rows)
+print(f"kernelbench: {len(rows)} pair(s), {right} correct")'
+    done; } | tee -a "$out/summary.txt"
 else  # sanitize
   for solution in multilabel_margin/fast_cuda multilabel_margin/warp_cuda smooth_l1/fast_cuda; do
     step "memcheck-${solution//\//-}" 120 compute-sanitizer --tool memcheck --error-exitcode 9 \

@@ -5,7 +5,7 @@ KernelBench's code is not part of this repository: pass a checkout of it (its `s
 harness sweep of the same pairs has built them (`run.py --problems P --solutions S`):
 
   measure KB_CHECKOUT PROBLEMS SOLUTIONS BUILD_DIR OUT.jsonl [--trials N] [--no-timing]
-          [--resume]
+          [--resume] [--only N,N] [--shard K/N] [--tf32 default|off]
       For each KernelBench problem file N_*.py in PROBLEMS and its sample
       level_<L>_problem_<N>_sample_0_kernel.py in SOLUTIONS, in one process: KernelBench's
       `load_custom_model` (pointed at the build this harness left under BUILD_DIR, in the
@@ -23,6 +23,11 @@ harness sweep of the same pairs has built them (`run.py --problems P --solutions
       unusable, its line says so in `cuda_context` and the step stops, exit status 3. With
       --resume, the problems already in OUT.jsonl are skipped, so a new process goes on there
       (a pair the last process died in, named in OUT.jsonl.current, is recorded as such).
+      --only takes the problems of these numbers; --shard K/N every Nth problem from the Kth
+      (0-based), so that N processes, each with its own OUT.jsonl, share a level. --tf32 off
+      turns TF32 off for cuDNN and matmuls before anything runs (the harness's default
+      profile); `default` (the default) leaves PyTorch's settings, as KernelBench does. Each
+      line has `seconds`: loading (the build's import), the check, and the timing.
   table OUT.jsonl PROFILE_FOLDER DEFAULT_FOLDER [--trials N]
       A markdown table: KernelBench's verdict and speedup beside the profile's and the default
       timer's (the machine folders the sweeps wrote: <results>/<gpu>-kernelbench and
@@ -39,6 +44,7 @@ import json
 import math
 import re
 import sys
+import time
 import types
 from pathlib import Path
 from typing import Any
@@ -148,6 +154,9 @@ def measure(args: argparse.Namespace) -> None:
     cuda_header.install()
     pch.install(Path(args.build_dir))
 
+    if args.tf32 == "off":
+        torch.backends.cudnn.allow_tf32 = False
+        torch.backends.cuda.matmul.allow_tf32 = False
     device = torch.device("cuda:0")
     torch.cuda.set_device(device)
     arch = toolchain.arch_list(torch.cuda.get_device_capability(device), None)
@@ -155,7 +164,7 @@ def measure(args: argparse.Namespace) -> None:
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
     done = measured(out) if args.resume else set()
-    for problem in sorted(Path(args.problems).glob("*.py"), key=lambda p: number(p.name) or 0):
+    for problem in chosen(Path(args.problems), args.only, args.shard):
         solution = solutions.get(number(problem.name))
         if solution is None or problem.stem in done:
             continue
@@ -171,6 +180,18 @@ def measure(args: argparse.Namespace) -> None:
             sys.exit(CONTEXT_LOST)
 
 
+def chosen(problems: Path, only: str | None, shard: str | None) -> list[Path]:
+    """The problem files of PROBLEMS in number order, narrowed by --only and --shard."""
+    files = sorted(problems.glob("*.py"), key=lambda p: number(p.name) or 0)
+    if only:
+        wanted = {int(n) for n in only.split(",")}
+        files = [f for f in files if number(f.name) in wanted]
+    if shard:
+        index, count = (int(n) for n in shard.split("/"))
+        files = files[index::count]
+    return files
+
+
 def _measure_pair(
     kb_eval: Any,
     kb_timing: Any,
@@ -183,6 +204,8 @@ def _measure_pair(
     """One pair's row: its build, then its verdict (and timing), or the error that stopped it."""
     built = glob.glob(f"{args.build_dir}/*/{solution.stem}-*")
     row: dict[str, Any] = {"problem": problem.stem, "build_dir": built[0] if built else None}
+    row["tf32"] = args.tf32
+    started = time.perf_counter()
     try:
         if built:  # the environment the harness's worker built in, so nothing builds again
             toolchain.prepare_environment(Path(built[0]), arch)
@@ -190,6 +213,7 @@ def _measure_pair(
         row.update(_one_pair(kb_eval, kb_timing, *pair))
     except Exception as err:  # a failure is this pair's row, not the end of the run
         row["error"] = first_line(err)
+    row["wall_s"] = round(time.perf_counter() - started, 2)
     return row
 
 
@@ -216,7 +240,9 @@ def _one_pair(
         with torch.device(device):
             return drawn_on_host()
 
+    started = time.perf_counter()
     model_new = kb_eval.load_custom_model(solution.read_text(), context, build)
+    seconds = {"load": round(time.perf_counter() - started, 2)}
     if model_new is None:
         raise RuntimeError("KernelBench could not load ModelNew (a syntax error, or none defined)")
     kb_eval.set_seed(42)
@@ -229,7 +255,8 @@ def _one_pair(
     result = kb_eval.run_and_check_correctness(
         reference, new, get_inputs, {}, num_correct_trials=5, seed=42, device=device
     )
-    row: dict[str, Any] = {"correctness": bool(result.correctness)}
+    seconds["check"] = round(time.perf_counter() - started - seconds["load"], 2)
+    row: dict[str, Any] = {"correctness": bool(result.correctness), "seconds": seconds}
     if not result.correctness:
         row["metadata"] = {k: str(v)[:300] for k, v in result.metadata.items()}
         if "runtime_error" in result.metadata:  # what ModelNew raised, as KernelBench caught it
@@ -238,6 +265,7 @@ def _one_pair(
         return row
     if timing:
         row.update(_timing(kb_eval, kb_timing, reference, new, get_inputs, device, trials))
+        seconds["timing"] = round(time.perf_counter() - started - sum(seconds.values()), 2)
     return row
 
 
@@ -358,6 +386,14 @@ def main(argv: list[str] | None = None) -> None:
     )
     step.add_argument(
         "--resume", action="store_true", help="skip the problems already in OUT.jsonl"
+    )
+    step.add_argument("--only", help="the problem numbers to measure, as 19,20,26")
+    step.add_argument("--shard", help="K/N: every Nth problem from the Kth (0-based)")
+    step.add_argument(
+        "--tf32",
+        choices=("default", "off"),
+        default="default",
+        help="off: TF32 off for cuDNN and matmuls; default: PyTorch's, as KernelBench",
     )
     step = steps.add_parser("table")
     for name in ("kb", "profile", "default"):

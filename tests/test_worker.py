@@ -4,6 +4,7 @@ import os
 from pathlib import Path
 
 import pytest
+import torch
 from torch.utils import cpp_extension
 
 from harness.measure import worker
@@ -56,6 +57,28 @@ def test_phases_are_announced_in_order(run_job) -> None:
     assert [e for e in events if isinstance(e, Phase)] == [
         Phase(p) for p in ("load", "check", "time")
     ]
+
+
+@pytest.mark.parametrize(
+    ("profile", "tf32_convolutions"), [("harness", False), ("kernelbench", True)]
+)
+def test_tf32_convolutions_follow_the_profile(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, profile: str, tf32_convolutions: bool
+) -> None:
+    # KernelBench's evaluator keeps PyTorch's defaults, so its profile's reference does too.
+    before = torch.backends.cudnn.allow_tf32, torch.backends.cuda.matmul.allow_tf32
+    torch.backends.cudnn.allow_tf32 = not tf32_convolutions
+    torch.backends.cuda.matmul.allow_tf32 = True
+    checking = Checking(profile=profile)
+    settings = Settings(device="cpu", places=Places(build_dir=tmp_path), checking=checking)
+    job = worker.Job("toy", str(TOY / "reference.py"), toy_solution("good"), "", "h", settings)
+    monkeypatch.setattr(worker, "_use_build_cache", lambda job: tmp_path)
+    try:
+        worker.setup(job)
+        assert torch.backends.cudnn.allow_tf32 is tf32_convolutions
+        assert torch.backends.cuda.matmul.allow_tf32 is False
+    finally:
+        torch.backends.cudnn.allow_tf32, torch.backends.cuda.matmul.allow_tf32 = before
 
 
 def test_a_solution_that_raises_at_import_is_a_load_error(run_job, tmp_path: Path) -> None:

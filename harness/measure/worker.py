@@ -307,8 +307,11 @@ def setup(job: Job) -> tuple[Problem, torch.device]:
     settings = job.settings
     print(f"build folder: {_use_build_cache(job)}", flush=True)
     # Full float32 precision for the reference: TF32 convolutions would make it less exact than
-    # the kernels it judges.
-    torch.backends.cudnn.allow_tf32 = False
+    # the kernels it judges. KernelBench's profile keeps PyTorch's defaults (TF32 convolutions,
+    # full-precision matmuls), as KernelBench's evaluator does: its verdicts and its reference's
+    # times are made that way.
+    as_kernelbench = settings.checking.profile == KERNELBENCH
+    torch.backends.cudnn.allow_tf32 = as_kernelbench
     torch.backends.cuda.matmul.allow_tf32 = False
     try:
         problem = load_problem(job.problem, Path(job.reference))
