@@ -40,6 +40,8 @@
 #   KB_ROOT=... KB_SRC=... KB_WHEELS=... bash scripts/gpu_session.sh kernelbench-finish
 #                     issue 43's rest (see the part): the comparison's memory, the TF32 check,
 #                     then each level swept and KernelBench's evaluator in KB_SHARDS processes
+#   bash scripts/gpu_session.sh ray-sweep   issue 44: a trimmed Ray (scripts/trim_ray.sh .raytrim,
+#                     carried) started here, and the LLM-shaped suite swept on it (see the part)
 #   KB_SRC=<KernelBench checkout> KB_PROBLEMS=<its level1 files> bash scripts/gpu_session.sh \
 #       kernelbench   the side-by-side with KernelBench's own evaluator (docs/kernelbench.md, "Judged as
 #                     KernelBench judges"): builds first, KernelBench's evaluator, then the
@@ -363,6 +365,28 @@ rows = [json.loads(line) for line in sys.stdin if line.strip()]
 right = sum(bool(r.get("correctness")) for r in rows)
 print(f"kernelbench: {len(rows)} pair(s), {right} correct")'
     done; } | tee -a "$out/summary.txt"
+elif [ "$part" = ray-sweep ]; then
+  # Issue 44: a sweep on Ray on this GPU host (a head of its 16 cores and its GPU). Ray's wheel
+  # is over the device tool's carry, so RAY_TRIM (default .raytrim: scripts/trim_ray.sh's
+  # ray-trim.tar.xz and wheels/) is unpacked beside the checkout; then the LLM-shaped suite
+  # (COUNT problems, default 20, 3 samples each, level-1 sizes) swept cold with --ray auto,
+  # sandbox on, checked against the verdicts known in advance.
+  trim=${RAY_TRIM:-.raytrim} site=$state/ray-site
+  if [ ! -d "$site/ray" ]; then
+    mkdir -p "$site" && tar xJf "$trim/ray-trim.tar.xz" -C "$site"
+    $python -m pip install -q --no-index --no-deps --target "$site" "$trim"/wheels/*.whl
+  fi
+  export PYTHONPATH=$site${PYTHONPATH:+:$PYTHONPATH}
+  step ray-start 120 $python -m ray.scripts.scripts start --head --num-gpus 1 \
+    --include-dashboard false --disable-usage-stats
+  $python scripts/make_suite.py "$state/ray-suite" --style llm --samples 3 --sizes level1 \
+    --count "${COUNT:-20}" >/dev/null
+  step ray-sweep $((budget - SECONDS - 60)) $python run.py --problems "$state/ray-suite/problems" \
+    --solutions "$state/ray-suite/solutions" --ray auto --check-only \
+    --results-dir "$state/ray-results"
+  step ray-check 30 $python scripts/check_sweep.py "$state"/ray-results/*/ \
+    "$state/ray-suite/expected.json"
+  $python -m ray.scripts.scripts stop >/dev/null 2>&1
 else  # sanitize
   for solution in multilabel_margin/fast_cuda multilabel_margin/warp_cuda smooth_l1/fast_cuda; do
     step "memcheck-${solution//\//-}" 120 compute-sanitizer --tool memcheck --error-exitcode 9 \

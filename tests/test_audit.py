@@ -453,3 +453,38 @@ def test_the_trivial_answers_the_audit_compares_with_hold_no_output_sized_memory
     filled = expanded(constant(output), output)
     assert filled[0].untyped_storage().nbytes() <= 8
     assert filled[1][0].shape == (10,) and filled[1][1] == 2.5
+
+
+def test_problems_are_audited_in_batches_as_their_solutions_come_up(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # A sweep's first judgement waits for its problem's batch, not for every problem's audit.
+    from pathlib import Path
+
+    from harness.run import auditing
+    from harness.run.discovery import ProblemSource
+
+    monkeypatch.setattr(auditing, "AUDIT_BATCH", 2)
+    batches: list[list[str]] = []
+    fake = type("Fake", (), {"audit_all": lambda self, b, run: batches.append([s.name for s in b])})
+    prepared: list[str] = []
+
+    def prepare(source: ProblemSource, run: Any) -> tuple[Any, int]:
+        prepared.append(source.name)
+        if source.name == "p3":
+            raise UserError("p3 is refused")
+        return object(), 1
+
+    preparing = auditing.Preparing(fake(), prepare)
+    sources = {f"p{n}": ProblemSource(f"p{n}", Path(f"p{n}.py")) for n in range(1, 8)}
+    preparing.order = list(sources.values())
+    run = lambda job: None  # noqa: E731
+    first = preparing.get(sources["p1"], run, [sources["p5"], sources["p1"]])
+    assert batches == [["p1", "p5", "p2", "p3"]]  # its own, the ready ones, the next two
+    assert isinstance(first, tuple) and prepared == ["p1"]  # the rest prepared when judged
+    assert isinstance(preparing.get(sources["p3"], run, []), UserError)  # kept, not raised
+    assert batches == [["p1", "p5", "p2", "p3"]]  # audited already: no worker
+    preparing.get(sources["p1"], run, [])
+    assert prepared == ["p1", "p3"]  # once each
+    preparing.get(sources["p7"], run, [sources["p6"]])
+    assert batches[1] == ["p7", "p6", "p4"]  # what is left, none twice

@@ -306,12 +306,9 @@ def setup(job: Job) -> tuple[Problem, torch.device]:
     process that runs the job's solution sets first (the worker, harness.measure.witness)."""
     settings = job.settings
     print(f"build folder: {_use_build_cache(job)}", flush=True)
-    # Full float32 precision for the reference: TF32 convolutions would make it less exact than
-    # the kernels it judges. KernelBench's profile keeps PyTorch's defaults (TF32 convolutions,
-    # full-precision matmuls), as KernelBench's evaluator does: its verdicts and its reference's
-    # times are made that way.
-    as_kernelbench = settings.checking.profile == KERNELBENCH
-    torch.backends.cudnn.allow_tf32 = as_kernelbench
+    # Full float32 for the reference (TF32 convolutions would make it less exact than the kernels
+    # it judges); KernelBench's profile keeps PyTorch's defaults, as its evaluator does.
+    torch.backends.cudnn.allow_tf32 = settings.checking.profile == KERNELBENCH
     torch.backends.cuda.matmul.allow_tf32 = False
     try:
         problem = load_problem(job.problem, Path(job.reference))

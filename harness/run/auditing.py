@@ -1,18 +1,21 @@
 """The audit of a run's problems (harness.measure.audit), as the run uses it.
 
 On a CPU the reference runs here; on a GPU in workers, so that run.py's process never touches
-the GPU, and every problem of the run in one worker (`audit_all`): a worker's start, CUDA's
-included, costs seconds, and one worker a problem made a 21-problem sweep wait minutes before
-its first solution. A problem that worker could not audit (it died, say) is audited alone, in
-a worker of its own, when it is prepared. Answers are kept across runs (harness.run.audit_cache),
-so only problems not audited before are audited. Warnings are said on the console; a rejection
+the GPU, and several problems in one worker (`audit_all`): a worker's start, CUDA's included,
+costs seconds, and one worker a problem made a 21-problem sweep wait minutes before its first
+solution. Problems are audited as their solutions come up for judging (`Preparing`), a batch
+at a time, so a sweep's first judgement waits for a few audits, not for all of them. A problem
+its batch's worker could not audit (it died, say) is audited alone when it is prepared.
+Answers are kept across runs (harness.run.audit_cache), so only problems not audited before
+are audited. Warnings are said on the console; a rejection
 is the run's refusal of the problem, with the command that lists every finding.
 """
 
 from __future__ import annotations
 
 import shlex
-from collections.abc import Callable, Sequence
+import threading
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import replace
 
 import torch
@@ -33,6 +36,8 @@ RunJob = Callable[[Job], Judged]  # runs a job in a worker on one of the run's s
 ReferenceJob = Callable[[ProblemSource, str, str], Job]  # (source, task, log label) -> Job
 ReferenceResult = Callable[[ProblemSource, str, RunJob], Judged]  # (source, task, run)
 ReferenceHash = Callable[[ProblemSource], str]  # the reference's sources (toolchain.source_hash)
+Prepare = Callable[[ProblemSource, RunJob], tuple[Problem, int]]  # Session.prepare
+AUDIT_BATCH = 8  # problems audited beside those a judgement waits for, in the run's order
 
 
 class Auditing:
@@ -146,3 +151,43 @@ class Auditing:
                 "on its default input shapes only, so a solution hard-coded to them would pass; "
                 "add CASES to a problem file to check other sizes (said once a run)"
             )
+
+
+class Preparing:
+    """Each problem of a run prepared (loaded and audited: Session.prepare) when its first
+    solution comes up for judging. The problem's audit goes to one worker (`audit_all`) with
+    those of the problems of every solution ready to judge by then and of the next AUDIT_BATCH
+    problems in the run's order, so the first judgement waits for a few audits, and a worker
+    starts once a batch. What preparing refuses (a UserError) is kept as the problem's."""
+
+    def __init__(self, auditing: Auditing, prepare: Prepare) -> None:
+        self.auditing, self._prepare = auditing, prepare
+        self.order: list[ProblemSource] = []  # the run's problems, in its order
+        self.prepared: dict[str, tuple[Problem, int] | UserError] = {}
+        self._asked: set[str] = set()  # problems whose audit was asked for
+        self._lock = threading.Lock()
+
+    def get(
+        self, source: ProblemSource, run_job: RunJob, ready: Iterable[ProblemSource]
+    ) -> tuple[Problem, int] | UserError:
+        """`source` prepared, once; `ready`: the problems of the solutions ready to judge."""
+        with self._lock:
+            if source.name not in self.prepared:
+                if source.name not in self._asked:
+                    self.auditing.audit_all(self._batch(source, ready), run_job)
+                try:
+                    self.prepared[source.name] = self._prepare(source, run_job)
+                except UserError as err:
+                    self.prepared[source.name] = err
+            return self.prepared[source.name]
+
+    def _batch(self, source: ProblemSource, ready: Iterable[ProblemSource]) -> list[ProblemSource]:
+        """`source`, the ready problems and the next AUDIT_BATCH, none asked for before."""
+        batch: dict[str, ProblemSource] = {}
+        for candidate in [source, *ready]:
+            if candidate.name not in self._asked:
+                batch.setdefault(candidate.name, candidate)
+        later = [s for s in self.order if s.name not in self._asked and s.name not in batch]
+        batch.update((s.name, s) for s in later[:AUDIT_BATCH])
+        self._asked.update(batch)
+        return list(batch.values())

@@ -148,14 +148,20 @@ def run_work(
         outcome = scheduler.run(work)
     finally:
         pool.close()
-    return finish(session, outcome, time.monotonic() - started if sweep else None, unsolved or [])
+    sweep_s = time.monotonic() - started if sweep else None
+    return finish(session, outcome, sweep_s, unsolved or [], scheduler.wait.line())
 
 
 def finish(
-    session: Session, outcome: list[Judging], sweep_s: float | None, unsolved: list[str]
+    session: Session,
+    outcome: list[Judging],
+    sweep_s: float | None,
+    unsolved: list[str],
+    first_wait: str | None = None,
 ) -> int:
-    """Print each problem's rows and the summary; the exit status: EXIT_INPUT where a problem
-    was refused, else EXIT_FAILED where a solution did not pass."""
+    """Print each problem's rows and the summary (a sweep's with `first_wait`: how soon its
+    first judgement began); the exit status: EXIT_INPUT where a problem was refused, else
+    EXIT_FAILED where a solution did not pass."""
     from harness.results import rendering
     from harness.run.session import passed
 
@@ -176,6 +182,8 @@ def finish(
         print(f"summary across problems: {written}")
     if sweep_s is not None:
         print(sweep_summary(records, session.run_id, sweep_s, outcome, unsolved))
+        if first_wait:
+            print(first_wait)
     print(run_line(session.folder, session.run_id))
     return code
 

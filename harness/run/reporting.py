@@ -12,7 +12,9 @@ from __future__ import annotations
 import sys
 import threading
 import time
-from typing import TYPE_CHECKING, Protocol, TextIO
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Protocol, TextIO, TypeVar
 
 from tqdm import tqdm
 
@@ -39,7 +41,44 @@ class Unit(Protocol):
     def label(self) -> str: ...
 
 
+T = TypeVar("T")
 DETAIL_CHARS = 110  # of a failure's detail, in a verdict line of the sweep
+
+
+@dataclass
+class FirstWait:
+    """How soon a run's first judgement began: seconds from the run's start to when its first
+    solution was ready to judge (built, or needing no build) and to its first judgement, and
+    the seconds its slots spent before that on the run's own jobs (the audits, the copy
+    ceiling: `timed`). The rest of the wait, the slot had nothing to do: its idle time."""
+
+    began: float = field(default_factory=time.monotonic)
+    marks: dict[str, float] = field(default_factory=dict)  # "ready", "judging": the first time
+    own_s: float = 0.0
+
+    def mark(self, name: str) -> None:
+        self.marks.setdefault(name, time.monotonic() - self.began)
+
+    def timed(self, job: Callable[[], T]) -> T:
+        """`job()`, a job of the run's own; its seconds count until the first judgement."""
+        started = time.monotonic()
+        try:
+            return job()
+        finally:
+            if "judging" not in self.marks:
+                self.own_s += time.monotonic() - started
+
+    def line(self) -> str | None:
+        """The sweep summary's line, once a judgement began."""
+        judging, ready = self.marks.get("judging"), self.marks.get("ready")
+        if judging is None:
+            return None
+        first = f"first solution ready at {ready:.0f} s, " if ready is not None else ""
+        return (
+            f"  first judgement at {judging:.0f} s ({first}the run's own jobs, audits and "
+            f"copy ceiling, {self.own_s:.0f} s): the GPU slot idle "
+            f"{max(judging - self.own_s, 0):.0f} s before it"
+        )
 
 
 class Report:

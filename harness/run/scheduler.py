@@ -34,8 +34,9 @@ from harness.measure.worker import Job
 from harness.record import RunRecord
 from harness.results.baselines import Baseline
 from harness.run import resume
+from harness.run.auditing import Preparing
 from harness.run.discovery import ProblemSource, builds_at_import
-from harness.run.reporting import Report
+from harness.run.reporting import FirstWait, Report
 from harness.run.session import Session, harness_checked
 
 JOIN_S = 0.5  # how often the waiting main thread wakes (for Ctrl-C)
@@ -108,14 +109,14 @@ class Scheduler:
         `problem_error`, not judged, so that its summaries count them."""
         self.session, self.pool, self.again = session, pool, again
         self.in_order, self.count_refused = in_order, count_refused
-        self.cursor = 0  # in order: the next unit to judge
-        self.handed = 0  # units handed to a slot so far
+        self.cursor = self.handed = 0  # in order: the next unit to judge; units handed out
+        self.wait = FirstWait()  # how soon the first judgement began
         self.report = report or Report.serial(session.progress)
         self.ready: queue.Queue[Unit | None] = queue.Queue()
         self.stop = threading.Event()
         self.lock = threading.Lock()  # the run log, the tables and the counts
         self.failure: BaseException | None = None
-        self.problems: dict[str, tuple[Problem, int] | UserError] = {}
+        self.preparing = Preparing(session.auditing, session.prepare)
         self.compiled: dict[str, list[Baseline]] = {}
         self.left: dict[str, int] = {}  # each problem's units not yet recorded
         self.units: list[Unit] = []
@@ -188,11 +189,9 @@ class Scheduler:
         return [future]
 
     def _built(self, unit: Unit, future: Future[Judged]) -> None:
-        if future.cancelled():
-            return
-        error = future.exception()
-        if error is not None:
-            if not isinstance(error, Stopped):
+        error = None if future.cancelled() else future.exception()
+        if future.cancelled() or error is not None:
+            if error is not None and not isinstance(error, Stopped):
                 self._fail(error)
             return
         try:  # a failure here would die in the future's callback, and the run would wait on
@@ -206,6 +205,7 @@ class Scheduler:
         self._ready(unit)
 
     def _ready(self, unit: Unit) -> None:
+        self.wait.mark("ready")
         unit.ready.set()
         self.ready.put(unit)
 
@@ -238,13 +238,7 @@ class Scheduler:
         return self.session.device.type == "cpu"
 
     def _judge_all(self, work: Work, builds: list[Future[Judged]]) -> None:
-        if work:  # while the builds run; on a GPU all the audits in one worker
-            self.session.auditing.audit_all([s for s, _ in work], self._first_slot(work[0][0]))
-        for source, _ in work:
-            try:
-                self.problems[source.name] = self.session.prepare(source, self._first_slot(source))
-            except UserError as err:
-                self.problems[source.name] = err
+        self.preparing.order = [source for source, _ in work]  # each prepared when judged
         if work:
             self.session.ceiling(work[0][0], self._first_slot(work[0][0]))
         if not (self.session.settings.checking.check_only or self.pool.holds_builds):
@@ -290,7 +284,9 @@ class Scheduler:
                 return
 
     def _judge(self, unit: Unit, slot: Slot) -> None:
-        prepared = self.problems[unit.source.name]
+        runner = self._runner(slot, [unit.source.reference.parent])
+        waiting = [u.source for u in self.units if u.ready.is_set() and u.ran is None]
+        prepared = self.preparing.get(unit.source, runner, waiting)
         compiled: list[Baseline] = []
         cases, result = 0, unit.result
         if isinstance(prepared, UserError):  # refused: in a sweep, recorded as not judged
@@ -306,6 +302,7 @@ class Scheduler:
             if self.session.settings.timing.compile:
                 compiled = self._baselines(unit, problem, slot)
             on_event = self.report.judging(unit, slot.name)
+            self.wait.mark("judging")
             more = len(self.units) - self.handed  # units no slot has taken yet
             judged = slot.run(unit.job, unit.folders, self._watching(on_event), more)
             result = harness_checked(judged, unit.job)
@@ -345,7 +342,8 @@ class Scheduler:
 
     def _runner(self, slot: Slot, folders: list[Path]) -> Callable[[Job], Judged]:
         """Runs a job of the run's own (no solution's) on `slot`, its events unshown."""
-        return lambda job: slot.run(job, folders, self._watching(lambda e: None))
+        watch = self._watching(lambda e: None)
+        return lambda job: self.wait.timed(lambda: slot.run(job, folders, watch))
 
     def _watching(self, on_event: OnEvent) -> OnEvent:
         """`on_event`, which stops the worker it watches once the run stops."""
@@ -358,8 +356,7 @@ class Scheduler:
         return watched
 
     def _fail(self, error: BaseException) -> None:
-        if self.failure is None:
-            self.failure = error
+        self.failure = self.failure or error
         self.stop.set()
 
     def _close(self) -> None:
@@ -375,7 +372,7 @@ class Scheduler:
         ran = {(u.source.name, u.solution): u.ran for u in self.units}
         outcome: Outcome = []
         for source, solutions in work:
-            prepared = self.problems.get(source.name)
+            prepared = self.preparing.prepared.get(source.name)
             found = [skipped.get((source.name, s)) or ran.get((source.name, s)) for s in solutions]
             refused = prepared if isinstance(prepared, UserError) else None
             outcome.append(Judging(source, [r for r in found if r is not None], refused))
