@@ -72,7 +72,7 @@ def main(argv: list[str] | None = None) -> int:
         built, given, seconds = one_count(args.suite, nodes, args.jobs)
         rate = built / seconds * 3600
         done = f"{built} of {given} built in {seconds:.0f} s"
-        print(f"{nodes} node(s): {done}: {rate:.0f} builds an hour")
+        print(f"{nodes} node(s): {done}: {rate:.0f} an hour (a solution without a build counts)")
     return 0
 
 
