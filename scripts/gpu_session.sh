@@ -374,7 +374,11 @@ elif [ "$part" = ray-sweep ]; then
   trim=${RAY_TRIM:-.raytrim} site=$state/ray-site
   if [ ! -d "$site/ray" ]; then
     mkdir -p "$site" && tar xJf "$trim/ray-trim.tar.xz" -C "$site"
-    $python -m pip install -q --no-index --no-deps --target "$site" "$trim"/wheels/*.whl
+    for wheel in "$trim"/wheels/*.whl; do  # only what this host lacks: torch keeps its own
+      name=$(basename "$wheel" | cut -d- -f1)
+      $python -c "import importlib.metadata as m; m.version('$name')" 2>/dev/null ||
+        $python -m pip install -q --no-index --no-deps --target "$site" "$wheel"
+    done
   fi
   export PYTHONPATH=$site${PYTHONPATH:+:$PYTHONPATH}
   step ray-start 120 $python -m ray.scripts.scripts start --head --num-gpus 1 \
