@@ -7,7 +7,8 @@
 #                                                          run.py --compare, a --graph run
 #   GIT_COMMIT=<sha> bash scripts/gpu_session.sh checks    every GPU test (scripts/gpu_tests.sh)
 #   GIT_COMMIT=<sha> bash scripts/gpu_session.sh sanitize  memcheck on the fast kernels' cases
-#   bash scripts/gpu_session.sh throughput   issue 24's figures (docs/scale.md): a level-1-sized
+#   [SUITE_FLAGS="--style llm --samples 3"] bash scripts/gpu_session.sh throughput
+#                     issue 24's and 44's figures (docs/scale.md): a level-1-sized
 #                     suite of COUNT problems (default 40) built alone (builds per hour), then
 #                     swept on those builds (cached); a second suite (seed 1, COLD problems,
 #                     default 30) swept cold
@@ -139,8 +140,10 @@ elif [ "$part" = throughput ]; then
   # Builds alone first (so that their rate is the host's), then the judging on cached builds,
   # then a sweep with its builds in it; the sweeps' summaries give the per-solution medians.
   warm=$state/l1-warm cold=$state/l1-cold
-  $python scripts/make_suite.py "$warm" --count "${COUNT:-40}" --sizes level1 >/dev/null
-  $python scripts/make_suite.py "$cold" --count "${COLD:-30}" --sizes level1 --seed 1 >/dev/null
+  # SUITE_FLAGS: more make_suite.py flags (issue 44: "--style llm --samples 3", LLM-shaped)
+  $python scripts/make_suite.py "$warm" --count "${COUNT:-40}" --sizes level1 ${SUITE_FLAGS:-} >/dev/null
+  $python scripts/make_suite.py "$cold" --count "${COLD:-30}" --sizes level1 --seed 1 \
+    ${SUITE_FLAGS:-} >/dev/null
   step l1-builds 200 $python run.py --problems "$warm/problems" --solutions "$warm/solutions" \
     --build-dir "$warm/builds" --build-only --build-jobs "$(nproc)"
   step l1-cached 170 $python scripts/load_test.py "$warm" --label cached \
