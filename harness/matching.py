@@ -22,7 +22,6 @@ from harness.blocks import Index, blocks, first_positions, offsets
 from harness.loading import Case, Problem
 from harness.tolerance import Tolerance
 
-# Default tolerances by output dtype, used when neither the problem nor the case gives one.
 SHOWN_ELEMENTS = 5  # how many mismatching elements a report names
 
 

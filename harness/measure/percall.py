@@ -6,7 +6,7 @@ waits for each result pays the launches too, and a multi-kernel eager reference 
 time launching than computing. So every GPU row is timed a second way: the same L2 flush, then
 an untimed call on other inputs (`warm_call`: the host's caches then hold the call's code, as
 in a loop of calls; amid the harness's own work between calls, a call timed by the host's
-clock took 1.5x as long on the H200, see CudaTimer), a synchronize, so the device is idle when
+clock takes longer: CudaTimer, docs/timing.md), a synchronize, so the device is idle when
 the start event is recorded, then the call; the events then span the call's launches and its
 kernels. Both sides are sampled side by side under `per_call_rule` (looser than the device
 time's: this is the second figure of a row), and the paired speedup is compared with the

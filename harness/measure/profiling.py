@@ -28,13 +28,10 @@ apart: a fig leaf that computes the answer with other PyTorch operators than the
 launches other kernels, so it is not rejected; it gets a warning where PyTorch's own kernels
 (`at::`, `c10::`) do most of its device time, and its share is in the CSV.
 
-No device activity is profiled before a timing. Torch's profiler library leaves CUPTI attached
-to the process when a profile of the device ends, and every later launch pays for it: measured
-on the H200 (torch 2.11, 2026-12-01) with KernelBench's timer, a 4.6 us kernel of a CUDA
-extension then timed at 28.7 us (median of 100), torch.relu at 7.2 us instead of 4.4. Asking
-for CUPTI's teardown (TEARDOWN_CUPTI, set by every profile) fixed that in a process that
-profiled once, but not in every worker of a sweep, where a second profile came before the
-first's teardown was done: some workers still timed 4-5 us calls at 25-75 us. So the warm-up
+No device activity is profiled before a timing: torch's profiler leaves CUPTI attached to the
+process when a profile of the device ends, and every later launch pays for it, even with
+CUPTI's teardown asked for (TEARDOWN_CUPTI, set by every profile), where a second profile
+begins before the first's teardown is done (docs/anticheat.md has the figures). So the warm-up
 before the integrity snapshot profiles the host only, and the profile of each side runs after
 the timing (harness.measure.worker), the solution's first; a profile that saw no device
 activity at all is taken again (`seen_profile`: one begun during a teardown can see none).
@@ -192,8 +189,8 @@ def seen_profile(
 ) -> Profile:
     """`profiler(call, device)` (`profile` unless given), again up to PROFILE_TRIES times in all,
     a pause between, while on a GPU it saw no device activity at all: a profile that starts
-    while the last one's CUPTI teardown is under way sees none (measured on the H200, torch
-    2.11, 2026-12-01: an honest one-kernel solution was rejected as launching no kernel).
+    while the last one's CUPTI teardown is under way sees none (an honest one-kernel solution
+    was once rejected as launching no kernel: docs/anticheat.md).
     A call that launches nothing shows nothing every time."""
     profiler = profiler or profile
     seen = profiler(call, device)

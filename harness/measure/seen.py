@@ -32,11 +32,10 @@ def check_seen(feed: feeding.Feed, timed_us: float, host_us: float | None, devic
 
     The least of SEEN_BATCHES batch means is held to the timed figure: a busy machine slows
     some batches, while work the events missed slows every one. A try that fails is tried
-    again after a pause, and the better try stands: on 2 cores amid compiles (CI, 2026-12-02)
-    every batch of one try read 150x an honest call's timed figure. The second try is also held
-    to the calls as the timer sees them then (`_timer_us`, between its batches): a machine busy
-    through both tries slows those too (CI, 2026-12-03: a CPU call timed at 8.5 ms read 64 ms
-    in every batch of both tries), while work the timer does not see leaves them fast. Returns
+    again after a pause, and the better try stands: a machine busy with compiles can slow every
+    batch of one try. The second try is also held to the calls as the timer sees them then
+    (`_timer_us`, between its batches): a machine busy through both tries slows those too,
+    while work the timer does not see leaves them fast (docs/anticheat.md). Returns
     the median batch mean, what a loop of these calls typically costs per call, in
     microseconds.
     """

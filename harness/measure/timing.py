@@ -206,11 +206,9 @@ class CudaTimer:
     that waits is timed by the host's clock instead, from the return of the call before it to
     its own (`_waited`): its kernels plus its synchronisation, what a loop of such calls costs. In a
     loop, each call finds the host as the one before left it; amid the harness's own work (new
-    inputs, the other side's call) the same call took 1.5x as long on the H200. So WARM_CALLS
-    untimed calls (`warm_call`, on other inputs) come just before it, after the flush: back to
-    back, as in a loop, with its own inputs still cold. On the H200 (2026-12-02, toy_sync's five
-    rows, two runs each) one warm call left the timed figure 1.04-1.64x the loop's (median of
-    the rows 1.09 and 1.19), four gave 0.96-1.04x but one row of 1.29 (medians 0.97 and 0.99).
+    inputs, the other side's call) the same call takes longer. So WARM_CALLS untimed calls
+    (`warm_call`, on other inputs) come just before it, after the flush: back to back, as in a
+    loop, with its own inputs still cold (docs/timing.md: why four, measured).
     """
 
     HOST_MARGIN = 1.5  # the sleep covers this many times the call's median host time ...
@@ -271,11 +269,10 @@ class CudaTimer:
         by the next one (stream order), so each window holds what the call before left, as each
         turn of a loop does.
 
-        Nothing comes between the last warm call and this one: on the H200 a call that followed
-        a synchronize or a stream query of the harness's own (to be sure the device was idle)
-        took 1.1-1.5x what the same call costs in a loop (2026-12-02, tuning/sync_timing_toy.py
-        and tuning/sync_warm_calls.sh), while one that follows calls of its own costs what it
-        does in a loop."""
+        Nothing comes between the last warm call and this one: a call that follows a
+        synchronize or a stream query of the harness's own (to be sure the device was idle)
+        costs more than in a loop, while one that follows calls of its own costs what it does
+        in a loop (docs/timing.md)."""
         for _ in range(self.WARM_CALLS):
             warm_call(call)
         begin = time.perf_counter()

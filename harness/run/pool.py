@@ -29,11 +29,9 @@ from harness.settings import REPO
 
 COMPILES_PER_BUILD = "2"  # MAX_JOBS: the compile steps one build runs at once (ninja -j)
 # Spare workers a GPU slot keeps started ahead of its jobs (`spares_ahead`): a spare's imports
-# and warm-up (harness.measure.spare: 3-5 s on the H200) take longer than a job's check and
-# timing; they go on only while no timing runs (paused during one), several at once, so each
-# has the windows of the jobs before its own. With 3 on the H200 (2026-12-03), a sweep on
-# cached builds judged about 0.3 solutions a second, each job waiting for its worker's start
-# (median 0.84 s): the spares, not the GPU, set the pace.
+# and warm-up (harness.measure.spare) take longer than a job's check and timing; they go on
+# only while no timing runs (paused during one), several at once, so each has the windows of
+# the jobs before its own (docs/scale.md: with fewer, the spares set a sweep's pace).
 SPARES_MAX = 6
 GIB_PER_SPARE = 16  # a warm spare holds a CUDA context (about 0.5 GB): one per 16 GiB at most
 
