@@ -279,3 +279,26 @@ def test_every_job_of_a_solution_sees_its_files_and_build_under_the_same_names(
         seen.append((staged.solution, staged.build_folder))
         staging.finish(job, scratch, staging.Judged("ok"))
     assert seen[0] == seen[1] and str(tmp_path / "links") in seen[0][0]
+
+
+def test_a_removal_by_name_within_a_folder_fd_is_judged_by_that_folder(tmp_path: Path) -> None:
+    # shutil.rmtree (TemporaryDirectory's cleanup) removes by name relative to a folder's fd: the
+    # hook must judge the folder it names, not the worker's current one.
+    from harness.measure import sandboxed
+
+    scratch, outside = tmp_path / "scratch", tmp_path / "outside"
+    for folder in (scratch / "pkg", outside):
+        folder.mkdir(parents=True)
+    hook = sandboxed._Hook(sandbox_policy.Policy(hidden=()), scratch)
+    inside_fd, outside_fd = (os.open(f, os.O_RDONLY) for f in (scratch / "pkg", outside))
+    try:
+        assert hook.rule("os.remove", ("__init__.py", inside_fd)) is None
+        assert hook.rule("os.rmdir", ("sub", inside_fd)) is None
+        assert hook.rule("os.remove", ("__init__.py", outside_fd)) == (
+            "filesystem",
+            "os.remove __init__.py",
+        )
+        assert hook.rule("os.remove", (str(outside / "x"), -1)) is not None  # no fd: as named
+    finally:
+        os.close(inside_fd)
+        os.close(outside_fd)

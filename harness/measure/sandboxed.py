@@ -26,7 +26,11 @@ FORKS = "forks.txt"
 WRITE_FLAGS = os.O_WRONLY | os.O_RDWR | os.O_CREAT | os.O_TRUNC | os.O_APPEND
 TRACING = {"ptrace", "process_vm_readv", "process_vm_writev"}
 STARTS = {"os.fork", "os.forkpty", "os.posix_spawn", "os.spawn", "subprocess.Popen", "os.system"}
-CHANGES = {"os.remove", "os.rename", "os.mkdir", "os.rmdir", "os.symlink", "os.link", "os.chmod"}
+# Each change's audit event, and where its arguments hold the dir_fd its path is relative to
+# (shutil.rmtree, TemporaryDirectory's cleanup among them, removes by name within a folder's fd)
+DIR_FD = {"os.remove": 1, "os.rmdir": 1, "os.mkdir": 2, "os.chmod": 2, "os.rename": 2}
+DIR_FD |= {"os.link": 2, "os.symlink": 0}  # a symlink's first argument is its target: no fd
+CHANGES = set(DIR_FD)
 ALWAYS_WRITABLE = ("/dev/", "/proc/self/")
 
 
@@ -68,7 +72,7 @@ class _Hook:
             return self.opened(os.fsdecode(args[0]), args[1], args[2])
         elif event in CHANGES and isinstance(args[0], str | bytes | os.PathLike):
             path = os.fsdecode(args[0])
-            if not self.writable(os.path.realpath(path)):
+            if not self.writable(os.path.realpath(_from_dir_fd(path, args[DIR_FD[event]]))):
                 return "filesystem", f"{event} {path}"
         elif event == "ctypes.dlsym" and isinstance(args[1], str) and args[1] in TRACING:
             return "ptrace", f"called {args[1]} through ctypes"
@@ -99,3 +103,13 @@ class _Hook:
         """Whether the worker may write `real` (a resolved path)."""
         own = (self.scratch, f"/proc/{os.getpid()}")
         return within(real, own) or real.startswith(ALWAYS_WRITABLE)
+
+
+def _from_dir_fd(path: str, dir_fd: Any) -> str:
+    """`path` as the call meant it: relative to the folder open as `dir_fd` where one is given."""
+    if isinstance(dir_fd, int) and dir_fd >= 0 and not os.path.isabs(path):
+        try:
+            return os.path.join(os.readlink(f"/proc/self/fd/{dir_fd}"), path)
+        except OSError:
+            return path
+    return path
