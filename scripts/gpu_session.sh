@@ -92,6 +92,16 @@ state=${STATE:-/tmp/gpu-state}
 gpu=$($python -c 'import torch, re; print(re.sub("[^a-z0-9]+", "-", torch.cuda.get_device_name().lower()).strip("-"))')
 first=$state/results/$gpu second=$state/second/$gpu
 
+kb_prelude() {  # kernelbench-all and -finish: KernelBench's wheels, then once a machine the
+  # comparison's memory on a 5.4e9-element output
+  if [ -n "${KB_WHEELS:-}" ] && [ ! -d "$state/kb-site" ]; then
+    $python -m pip install -q --no-index --no-deps --target "$state/kb-site" "$KB_WHEELS"/*.whl
+  fi
+  export PYTHONPATH=$state/kb-site
+  [ -f "$state/compare-memory.json" ] || step compare-memory 240 \
+    $python scripts/compare_memory.py --json "$state/compare-memory.json"
+}
+
 sweep=(--problems "${KB_PROBLEMS:-}" --solutions examples/kernelbench_level1 --build-jobs 16)
 as_kb=(--as kernelbench --kernelbench-trials "${KB_TRIALS:-100}")
 if [ "$part" = run ] && [ -n "${PROBLEMS:-}" ]; then
@@ -269,12 +279,7 @@ elif [ "$part" = kernelbench-all ]; then
   # folder KernelBench's load_inline uses, so its evaluator compiles nothing again); KB_AUDITS=0
   # leaves out the separate audits (each sweep audits its problems anyway).
   root=${KB_ROOT:?kernelbench-all needs KB_ROOT} levels=${KB_LEVELS:-3 2 1}
-  if [ -n "${KB_WHEELS:-}" ] && [ ! -d "$state/kb-site" ]; then
-    $python -m pip install -q --no-index --no-deps --target "$state/kb-site" "$KB_WHEELS"/*.whl
-  fi
-  export PYTHONPATH=$state/kb-site
-  [ -f "$state/compare-memory.json" ] || step compare-memory 240 \
-    $python scripts/compare_memory.py --json "$state/compare-memory.json"
+  kb_prelude
   if ! [ -f "$state/chain.started" ]; then
     touch "$state/chain.started"
     setsid bash -c "for level in $levels; do
@@ -311,12 +316,7 @@ elif [ "$part" = kernelbench-finish ]; then
   # load_inline finds them) and KernelBench's evaluator on the same builds in KB_SHARDS
   # processes at once (correctness only; from problem KB_FROM_<level>, default 1).
   root=${KB_ROOT:?kernelbench-finish needs KB_ROOT} levels=${KB_LEVELS:-1 2 3} shards=${KB_SHARDS:-3}
-  if [ -n "${KB_WHEELS:-}" ] && [ ! -d "$state/kb-site" ]; then
-    $python -m pip install -q --no-index --no-deps --target "$state/kb-site" "$KB_WHEELS"/*.whl
-  fi
-  export PYTHONPATH=$state/kb-site
-  [ -f "$state/compare-memory.json" ] || step compare-memory 240 \
-    $python scripts/compare_memory.py --json "$state/compare-memory.json"
+  kb_prelude
   tf32_level=${KB_TF32_LEVEL:-2} tf32_only=${KB_TF32_ONLY:-19,20,26}
   if ! [ -f "$state/tf32.done" ]; then
     mkdir -p "$state/tf32/problems" "$state/tf32/solutions"

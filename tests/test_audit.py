@@ -479,12 +479,12 @@ def test_problems_are_audited_in_batches_as_their_solutions_come_up(
     sources = {f"p{n}": ProblemSource(f"p{n}", Path(f"p{n}.py")) for n in range(1, 8)}
     preparing.order = list(sources.values())
     run = lambda job: None  # noqa: E731
-    first = preparing.get(sources["p1"], run, [sources["p5"], sources["p1"]])
+    first = preparing.get(sources["p1"], run, lambda: [sources["p5"], sources["p1"]])
     assert batches == [["p1", "p5", "p2", "p3"]]  # its own, the ready ones, the next two
     assert isinstance(first, tuple) and prepared == ["p1"]  # the rest prepared when judged
-    assert isinstance(preparing.get(sources["p3"], run, []), UserError)  # kept, not raised
+    assert isinstance(preparing.get(sources["p3"], run, list), UserError)  # kept, not raised
     assert batches == [["p1", "p5", "p2", "p3"]]  # audited already: no worker
-    preparing.get(sources["p1"], run, [])
+    preparing.get(sources["p1"], run, list)
     assert prepared == ["p1", "p3"]  # once each
-    preparing.get(sources["p7"], run, [sources["p6"]])
+    preparing.get(sources["p7"], run, lambda: [sources["p6"]])
     assert batches[1] == ["p7", "p6", "p4"]  # what is left, none twice

@@ -26,11 +26,11 @@ FORKS = "forks.txt"
 WRITE_FLAGS = os.O_WRONLY | os.O_RDWR | os.O_CREAT | os.O_TRUNC | os.O_APPEND
 TRACING = {"ptrace", "process_vm_readv", "process_vm_writev"}
 STARTS = {"os.fork", "os.forkpty", "os.posix_spawn", "os.spawn", "subprocess.Popen", "os.system"}
-# Each change's audit event, and where its arguments hold the dir_fd its path is relative to
-# (shutil.rmtree, TemporaryDirectory's cleanup among them, removes by name within a folder's fd)
-DIR_FD = {"os.remove": 1, "os.rmdir": 1, "os.mkdir": 2, "os.chmod": 2, "os.rename": 2}
-DIR_FD |= {"os.link": 2, "os.symlink": 0}  # a symlink's first argument is its target: no fd
-CHANGES = set(DIR_FD)
+CHANGES = {"os.remove", "os.rename", "os.mkdir", "os.rmdir", "os.symlink", "os.link", "os.chmod"}
+# Where a change's audit event holds the dir_fd its first path is relative to (shutil.rmtree,
+# TemporaryDirectory's cleanup among them, removes by name within a folder's fd); a symlink's
+# first path is its target, relative to nothing here
+DIR_FD = {"os.remove": 1, "os.rmdir": 1, "os.mkdir": 2, "os.chmod": 2, "os.rename": 2, "os.link": 2}
 ALWAYS_WRITABLE = ("/dev/", "/proc/self/")
 
 
@@ -72,7 +72,8 @@ class _Hook:
             return self.opened(os.fsdecode(args[0]), args[1], args[2])
         elif event in CHANGES and isinstance(args[0], str | bytes | os.PathLike):
             path = os.fsdecode(args[0])
-            if not self.writable(os.path.realpath(_from_dir_fd(path, args[DIR_FD[event]]))):
+            dir_fd = args[DIR_FD[event]] if event in DIR_FD else None
+            if not self.writable(os.path.realpath(_from_dir_fd(path, dir_fd))):
                 return "filesystem", f"{event} {path}"
         elif event == "ctypes.dlsym" and isinstance(args[1], str) and args[1] in TRACING:
             return "ptrace", f"called {args[1]} through ctypes"

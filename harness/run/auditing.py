@@ -168,13 +168,14 @@ class Preparing:
         self._lock = threading.Lock()
 
     def get(
-        self, source: ProblemSource, run_job: RunJob, ready: Iterable[ProblemSource]
+        self, source: ProblemSource, run_job: RunJob, ready: Callable[[], Iterable[ProblemSource]]
     ) -> tuple[Problem, int] | UserError:
-        """`source` prepared, once; `ready`: the problems of the solutions ready to judge."""
+        """`source` prepared, once; `ready()`: the problems of the solutions ready to judge,
+        asked only when a batch is audited."""
         with self._lock:
             if source.name not in self.prepared:
                 if source.name not in self._asked:
-                    self.auditing.audit_all(self._batch(source, ready), run_job)
+                    self.auditing.audit_all(self._batch(source, ready()), run_job)
                 try:
                     self.prepared[source.name] = self._prepare(source, run_job)
                 except UserError as err:

@@ -285,7 +285,10 @@ class Scheduler:
 
     def _judge(self, unit: Unit, slot: Slot) -> None:
         runner = self._runner(slot, [unit.source.reference.parent])
-        waiting = [u.source for u in self.units if u.ready.is_set() and u.ran is None]
+
+        def waiting() -> list[ProblemSource]:  # asked only when a batch of audits is made
+            return [u.source for u in self.units if u.ready.is_set() and u.ran is None]
+
         prepared = self.preparing.get(unit.source, runner, waiting)
         compiled: list[Baseline] = []
         cases, result = 0, unit.result
