@@ -147,13 +147,15 @@ def test_right_timed_calls_pass_their_spot_checks_with_fresh_inputs() -> None:
 def test_work_the_timer_did_not_see_is_rejected() -> None:
     def threaded(x: torch.Tensor) -> torch.Tensor:
         out = torch.empty_like(x)
-        threading.Thread(target=lambda: (time.sleep(0.02), out.copy_(x))).start()
+        # 200 ms of unseen work a call, far above what a busy 2-core CI machine adds to the
+        # timer's figure of a thread's start (with 20 ms it once passed there)
+        threading.Thread(target=lambda: (time.sleep(0.2), out.copy_(x))).start()
         return out
 
     feed = feeding.Feed(threaded, [[torch.ones(4)]])
     feed.prepare()
     timed_us = seen._timer_us(feed, CPU, 10)  # what the timer sees: the thread's start alone
-    time.sleep(0.05)  # those threads end
+    time.sleep(0.3)  # those threads end
     with pytest.raises(Verdict) as caught:
         seen.check_seen(feed, timed_us=timed_us, host_us=None, device=CPU)
     assert caught.value.reason == "unseen_work"
