@@ -98,7 +98,7 @@ kb_prelude() {  # kernelbench-all and -finish: KernelBench's wheels, then once a
     $python -m pip install -q --no-index --no-deps --target "$state/kb-site" "$KB_WHEELS"/*.whl
   fi
   export PYTHONPATH=$state/kb-site
-  [ -f "$state/compare-memory.json" ] || step compare-memory 240 \
+  [ "${KB_CHECKS:-1}" = 0 ] || [ -f "$state/compare-memory.json" ] || step compare-memory 240 \
     $python scripts/compare_memory.py --json "$state/compare-memory.json"
 }
 
@@ -149,17 +149,26 @@ elif [ "$part" = kernelbench-rest ]; then
 elif [ "$part" = throughput ]; then
   # Builds alone first (so that their rate is the host's), then the judging on cached builds,
   # then a sweep with its builds in it; the sweeps' summaries give the per-solution medians.
+  # CACHED=after-cold: no separate suite; the cold sweep first, then the same suite again on
+  # the builds it left (the cached figure).
   warm=$state/l1-warm cold=$state/l1-cold
   # SUITE_FLAGS: more make_suite.py flags (issue 44: "--style llm --samples 3", LLM-shaped)
-  $python scripts/make_suite.py "$warm" --count "${COUNT:-40}" --sizes level1 ${SUITE_FLAGS:-} >/dev/null
   $python scripts/make_suite.py "$cold" --count "${COLD:-30}" --sizes level1 --seed 1 \
     ${SUITE_FLAGS:-} >/dev/null
-  step l1-builds 200 $python run.py --problems "$warm/problems" --solutions "$warm/solutions" \
-    --build-dir "$warm/builds" --build-only --build-jobs "$(nproc)"
-  step l1-cached 170 $python scripts/load_test.py "$warm" --label cached \
-    --json "$out/l1-cached.json" -- --budget-ms 500
-  step l1-cold $((budget - SECONDS)) $python scripts/load_test.py "$cold" --label cold \
-    --json "$out/l1-cold.json" -- --budget-ms 500 --build-jobs "$(nproc)"
+  if [ "${CACHED:-}" = after-cold ]; then
+    step l1-cold $((budget - SECONDS - 120)) $python scripts/load_test.py "$cold" --label cold \
+      --json "$out/l1-cold.json" -- --budget-ms 500 --build-jobs "$(nproc)"
+    step l1-cached $((budget - SECONDS)) $python scripts/load_test.py "$cold" --label cached \
+      --json "$out/l1-cached.json" -- --budget-ms 500
+  else
+    $python scripts/make_suite.py "$warm" --count "${COUNT:-40}" --sizes level1 ${SUITE_FLAGS:-} >/dev/null
+    step l1-builds 200 $python run.py --problems "$warm/problems" --solutions "$warm/solutions" \
+      --build-dir "$warm/builds" --build-only --build-jobs "$(nproc)"
+    step l1-cached 170 $python scripts/load_test.py "$warm" --label cached \
+      --json "$out/l1-cached.json" -- --budget-ms 500
+    step l1-cold $((budget - SECONDS)) $python scripts/load_test.py "$cold" --label cold \
+      --json "$out/l1-cold.json" -- --budget-ms 500 --build-jobs "$(nproc)"
+  fi
 elif [ "$part" = rows-alone ]; then
   # After throughput: ROWS (default 6) of a sweep's CUDA solutions, each run alone (a run.py of
   # its own, nothing else on the host), then --compare against the sweep's rows. FROM=cold
@@ -314,11 +323,13 @@ elif [ "$part" = kernelbench-finish ]; then
   # settings and with TF32 off); then in the background, for each level of KB_LEVELS (default
   # "1 2 3"), the sweep (--check-only --resume --sandbox off: builds stay where KernelBench's
   # load_inline finds them) and KernelBench's evaluator on the same builds in KB_SHARDS
-  # processes at once (correctness only; from problem KB_FROM_<level>, default 1).
+  # processes at once (correctness only; from problem KB_FROM_<level>, default 1). KB_CHECKS=0
+  # leaves out the memory and TF32 steps; the levels in KB_BUILD_ONLY are only built (from
+  # problem KB_FROM_<level>, for KernelBench's side), not swept.
   root=${KB_ROOT:?kernelbench-finish needs KB_ROOT} levels=${KB_LEVELS:-1 2 3} shards=${KB_SHARDS:-3}
   kb_prelude
   tf32_level=${KB_TF32_LEVEL:-2} tf32_only=${KB_TF32_ONLY:-19,20,26}
-  if ! [ -f "$state/tf32.done" ]; then
+  if [ "${KB_CHECKS:-1}" != 0 ] && ! [ -f "$state/tf32.done" ]; then
     mkdir -p "$state/tf32/problems" "$state/tf32/solutions"
     for n in ${tf32_only//,/ }; do
       ln -sf "$PWD/$root/problems/level$tf32_level/${n}_"*.py "$state/tf32/problems/"
@@ -340,11 +351,22 @@ elif [ "$part" = kernelbench-finish ]; then
   if ! [ -f "$state/finish.started" ]; then
     touch "$state/finish.started"
     setsid bash -c "for level in $levels; do
-        $python run.py --problems $root/problems/level\$level --solutions $root/solutions/level\$level \
-          --check-only --resume --build-jobs 16 --sandbox off --results-dir $state/kb \
-          >$state/sweep-\$level.txt 2>&1
-        echo \"sweep \$level exit: \$?\" >>$state/chain.txt
         from=\$(eval echo \\\${KB_FROM_\$level:-1})
+        problems=$root/problems/level\$level solutions=$root/solutions/level\$level
+        if [[ ' ${KB_BUILD_ONLY:-} ' == *\" \$level \"* ]]; then
+          subset=$state/subset-\$level && mkdir -p \$subset/problems/level\$level \$subset/solutions/level\$level
+          for n in \$(seq \$from 100); do
+            for file in \$problems/\${n}_*.py \$solutions/level_\${level}_problem_\${n}_sample_0_kernel.py; do
+              [ -f \$file ] && ln -sf \$PWD/\$file \$subset/\${file#$root/}
+            done
+          done
+          $python run.py --problems \$subset/problems/level\$level --solutions \$subset/solutions/level\$level --build-only \
+            --build-jobs 16 --sandbox off >$state/sweep-\$level.txt 2>&1
+        else
+          $python run.py --problems \$problems --solutions \$solutions --check-only --resume \
+            --build-jobs 16 --sandbox off --results-dir $state/kb >$state/sweep-\$level.txt 2>&1
+        fi
+        echo \"sweep \$level exit: \$?\" >>$state/chain.txt
         for shard in \$(seq 0 \$(($shards - 1))); do
           while :; do  # a pair that leaves the CUDA context unusable ends a process (exit 3)
             $python scripts/kernelbench_side_by_side.py measure $KB_SRC $root/problems/level\$level \
