@@ -19,7 +19,8 @@ measured by tuning/accuracy_float32_vs_float64.py.
 
 The wide runs cost 1 + 2 * DRAWS model calls, so they are made only for a comparison that the
 dtype tolerance rejects (`Exact`). Where they cannot be made (an op without a float64 kernel, a
-model that raises or keeps float32), the dtype tolerance alone applies and the report says why.
+model that raises or keeps float32, one that draws random numbers: torch draws others for a
+float64 tensor), the dtype tolerance alone applies and the report says why.
 """
 
 from __future__ import annotations
@@ -129,6 +130,7 @@ class Exact:
         return self.answer
 
     def _run(self) -> Wide:
+        before = _generator_states(self.device)
         try:
             wide = copy.deepcopy(self.model)
             if isinstance(wide, torch.nn.Module):
@@ -136,6 +138,10 @@ class Exact:
             value = self._call(wide, [widen(v) for v in self.inputs])
         except Exception as err:
             return Wide(missing=f"the reference could not run in float64 ({_describe(err)})")
+        finally:
+            drew = _restore_generators(before, self.device)
+        if drew:  # torch draws other numbers for a float64 tensor (a Dropout mask on CUDA)
+            return Wide(missing="the reference draws random numbers, which differ in float64")
         spread = None
         drawn = 0
         try:  # a draw that fails (a moved input outside the reference's domain) only costs it
@@ -155,6 +161,25 @@ class Exact:
         if self.device.type == "cuda":
             torch.cuda.synchronize(self.device)
         return output
+
+
+def _generator_states(device: torch.device) -> list[torch.Tensor]:
+    """torch's default generators' states: the CPU's, and `device`'s on a GPU."""
+    states = [torch.get_rng_state()]
+    if device.type == "cuda":
+        states.append(torch.cuda.get_rng_state(device))
+    return states
+
+
+def _restore_generators(before: list[torch.Tensor], device: torch.device) -> bool:
+    """Put torch's default generators back to `before`; whether anything had drawn from them."""
+    drew = any(
+        not torch.equal(a, b) for a, b in zip(before, _generator_states(device), strict=True)
+    )
+    torch.set_rng_state(before[0])
+    if device.type == "cuda":
+        torch.cuda.set_rng_state(before[1], device)
+    return drew
 
 
 def _describe(err: BaseException) -> str:
