@@ -320,6 +320,23 @@ def test_check_sweep_judges_by_the_records_device_unless_told(suite: Path, tmp_p
     assert check_sweep.main([str(tmp_path / "none"), str(suite / "expected.json")]) == 2
 
 
+def test_check_sweep_expects_cpu_ok_to_pass_a_check_only_gpu_sweep(
+    suite: Path, tmp_path: Path
+) -> None:
+    """--check-only never profiles, so a plain PyTorch solution is `ok` on a GPU there."""
+    expected = expected_of(suite)
+    checked = [
+        {**line, "settings": {"checking": {"check_only": True}}} for line in records(suite, "cuda")
+    ]
+    plain = {key for key, entry in expected.items() if entry["kind"] == "cpu_ok"}
+    assert plain and check(suite, tmp_path / "a", checked) == 1  # 'rejected' is not what it gives
+    passed = [
+        {**line, "status": status.OK} if f"{line['problem']}/{line['solution']}" in plain else line
+        for line in checked
+    ]
+    assert check(suite, tmp_path / "b", passed) == 0
+
+
 def _llm_suite(out: Path, samples: int) -> Path:
     arguments = [str(out), "--count", "10", "--seed", str(SEED), "--samples", str(samples)]
     assert make_suite.main([*arguments, "--style", "llm"]) == 0
