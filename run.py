@@ -26,10 +26,8 @@ from __future__ import annotations
 import argparse
 import signal
 import sys
-from typing import TYPE_CHECKING
 
 from harness import settings
-from harness.errors import HarnessError, UserError
 from harness.run import driving
 from harness.run.driving import PROBLEMS_DIR, SOLUTIONS_DIR
 from harness.run.flags import (
@@ -42,9 +40,7 @@ from harness.run.flags import (
     HELP_WIDTH,
     parse_args,
 )
-
-if TYPE_CHECKING:
-    from harness.run import keeping
+from harness.verdicts import HarnessError, UserError
 
 __all__ = ["EXIT_FAILED", "EXIT_USAGE", "HELP_WIDTH", "main", "settings_for"]  # with the tests'
 
@@ -92,13 +88,11 @@ def pick_device(requested: str | None) -> str:
     return requested
 
 
-def acted_on(args: argparse.Namespace) -> keeping.Chosen:
+def acted_on(args: argparse.Namespace) -> driving.Chosen:
     """The results folder --render or --forget acts on: --machine-folder's, else the one a run
     with the same flags writes on this machine."""
-    from harness.run import keeping
-
     if args.machine_folder is not None:
-        return keeping.Chosen(args.results_dir.resolve() / args.machine_folder, named=True)
+        return driving.Chosen(args.results_dir.resolve() / args.machine_folder, named=True)
     import torch
 
     from harness.run import machine
@@ -107,7 +101,7 @@ def acted_on(args: argparse.Namespace) -> keeping.Chosen:
     folder = machine.results_folder(
         ours, machine.describe(torch.device(ours.device), settings.REPO)
     )
-    return keeping.Chosen(folder, named=False)
+    return driving.Chosen(folder, named=False)
 
 
 def list_everything() -> int:
@@ -132,9 +126,7 @@ def main(argv: list[str] | None = None) -> int:
         if args.list:
             return list_everything()
         if args.render:
-            from harness.run import keeping
-
-            keeping.render_folder(acted_on(args))
+            driving.render_folder(acted_on(args))
             return EXIT_OK
         if args.compare:
             from harness.results import comparison
@@ -145,9 +137,7 @@ def main(argv: list[str] | None = None) -> int:
         if args.audit_only:
             return audit_problems(args)
         if args.forget:
-            from harness.run import keeping
-
-            keeping.forget_solution(acted_on(args), args.problem, args.forget)
+            driving.forget_solution(acted_on(args), args.problem, args.forget)
             return EXIT_OK
         return driving.run_all(args, settings_for)
     except UserError as err:

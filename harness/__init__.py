@@ -4,67 +4,60 @@ The folders say where code runs; tests/test_layout.py holds every import to this
 
 run/       the parent process, one per run.py: finds the work and drives it
     flags      every flag of run.py and every exit status, declared once; -h needs no torch
-    driving    run.py's runs: which problems and solutions, on which pool, what is printed
+    driving    run.py's runs: which problems and solutions, on which pool, what is printed;
+               --render and --forget
     scheduler  many solutions of many problems at once: builds in a pool, judging on each slot
     pool       this host's pool: builds in worker processes, one judging slot per device
-    raypool    the same on a Ray cluster (run.py --ray): CPU tasks build, one actor per GPU
-    shipping   a build and a log sent between a Ray cluster's hosts
+    raypool    the same on a Ray cluster (run.py --ray): CPU tasks build, one actor per GPU;
+               a build and a log sent between the cluster's hosts
     reporting  what a run tells the user while the scheduler works
     resume     --resume: what is already recorded for the same solution, toolchain, settings
     session    run the solutions of a problem, each in a worker, and record each result
-    auditing   the audits of a run's problems: on a GPU all in one worker, warnings and refusals
-    audit_cache  audit answers kept across runs in the build cache, by the reference's content
-    isolate    spawn the worker with time limits and turn any failure into a status
-    holding    the pool's builds, stopped while a timing runs (a run judges as it builds)
+    auditing   the audits of a run's problems: on a GPU all in one worker, warnings and refusals;
+               their answers kept across runs in the build cache, by the reference's content
+    isolate    spawn the worker with time limits and turn any failure into a status; the
+               pool's builds stopped while a timing runs
     ending     process trees: what a run or a job started ends with it (SIGTERM as Ctrl-C)
-    sandboxing  --sandbox: each worker started through the launcher, with a scratch folder
-    staging    a sandboxed job's files: its copy of the solution and build in, its log and build out
+    sandboxing  --sandbox: each worker started through the launcher, with a scratch folder; a
+               job's files staged in and out; modules a solution planted, removed
     discovery  find problems and solutions on disk
     machine    describe the machine a run happened on, and its load as each solution starts
     progress   tell the user what a long step is doing
     scan       a static scan of a solution's source, as warnings
-    plants     remove modules a solution planted where later processes import from
     ncu        --ncu: have Nsight Compute count the bytes one call moves, as a witness
-    keeping    --render and --forget: the recorded results re-rendered or trimmed
     replay     the command that replays a failed solution on the case it failed on
 measure/   the worker process, one per solution: builds, checks and times it
-    worker     load, check and time one solution (the worker's entry point)
-    judged     what a worker's job ended with, as the parent reads it (one type, every job)
-    events     what a worker tells the parent while it works (phase, case, builds, its end)
-    spare      a worker started ahead of its job, imported (and warm) when the job comes
+    worker     load, check and time one solution (the worker's entry point); a spare worker
+               started ahead of its job
+    messages   what a worker tells the parent while it works, and what its job ended with
     seen       the wall-clock cross-check after the timing: work the timer did not see
-    builds     watch the extension builds a solution makes
+    builds     watch the extension builds a solution makes; the light header (<torch/types.h>);
+               a compiler error pointed at the solution's .py
     pch        PyTorch's extension header, precompiled once for every build
-    cuda_header  a CUDA unit compiled against <torch/types.h> where it compiles so
-    sourcemap  point a compiler error in load_inline's generated files at the solution's .py
-    checking   build Model and ModelNew alike and check every case
+    checking   build Model and ModelNew alike and check every case, in the reference's mode
     audit      find where a zero, constant or memorised answer would pass a problem (flagged),
                and refuse a problem whose reference fails
     trivial    those answers, built and read without output-sized memory
-    modes      the reference's training or inference mode, and the modules it changes
     kernelbench  --as kernelbench: KernelBench's criterion and timer, reproduced
     gradients  the backward of a BACKWARD problem: every input's and parameter's gradient
-    anticheat  the rules each inspected call must keep (inputs, aliasing, late work, poison)
+    anticheat  the rules each inspected call must keep (inputs, aliasing, late work, poison);
+               clocks, timers and the harness's functions left unreplaced
     feeding    fresh inputs for every timed call, and spot checks of timed outputs
-    integrity  notice a solution replacing the clocks, timers or the harness's functions
     profiling  the profiler's check that a solution runs kernels of its own, not as a fig leaf
-    benchmarking  time each benchmark shape: the solution and eager PyTorch side by side
+    benchmarking  time each benchmark shape: the solution and eager PyTorch side by side; the
+               calls the timer samples; each call timed from an idle device too
     compiled   the torch.compile baseline: eager and the compiled reference side by side
     timing     sample calls side by side under the stopping rule; CUDA-event and wall timers
-    calls      the zero-argument calls the timer samples, fed fresh inputs (or a CUDA graph)
     passes     the backward passes timed for a problem whose gradients are judged
-    percall    each call timed from an idle device, host included; which side is host-bound
     roofline   bytes and FLOPs a problem must move, and the GPU's copy-bandwidth ceiling
     gpustate   SM clock, temperature, throttling, other processes through NVML (read only)
     witness    the one call that ncu counts, in a process of its own (run.py --ncu)
     sandboxed  in the sandbox, name the rule each attempt of a solution meets (an audit hook)
 results/   reads recorded files only (no GPU, no worker): what people read
     rendering  re-render a results folder (tables, charts, summary), reading its log once
-    report     a problem's tables (markdown and CSV)
-    columns    a problem table's columns: the row type, the headers, the CSV's order
-    shown      which record of each solution a table shows (a passing untimed run hides none)
+    report     a problem's tables (markdown and CSV): their columns, each row's flags, which
+               record of each solution a table shows
     console    the compact table a run prints, every note in full
-    flagged    a row's flags: what a reader must know before trusting its numbers
     summary    the summary across problems: scores, best per problem, fast_p
     comparison compare two recorded runs, shape by shape: time and speedup ratios, verdicts
     load       the machine's load a run was timed under, and when a row is flagged for it
@@ -75,7 +68,6 @@ Shared by all three, importing no wing:
     settings   the run's settings: declared once, made from the flags, carried whole
     record     the typed record of a run and its benchmark rows; writes and reads the run log
     codec      dataclasses to JSON and back, for the run log, the worker's messages, the specs
-    measurement  a call's raw timings and the statistics derived from them
     files      locked folders, atomic writes, JSON-lines logs
     loading    import a reference and read its optional extras (tolerances, cases, benchmarks)
     inputs     seeded inputs (one seed plan), copied with their exact layout to each side
@@ -83,12 +75,12 @@ Shared by all three, importing no wing:
     tolerance  the tolerance a run may set, importable without torch (for run.py -h)
     blocks     a tensor read a block at a time: bounded temporaries for outputs of any size
     accuracy   the accuracy rule: errors against the reference run in float64, and its own
-    stats      intervals for medians and speedups, relative standard error, geometric mean
+    stats      a call's raw timings; intervals for medians and speedups, relative standard
+               error, geometric mean
     toolchain  CUDA_HOME, target architectures, per-solution build folders
-    status     the verdicts and what each means
-    rules      every rejection rule and row flag, declared once (the docs' tables come from it)
-    errors     the one-line errors that reach the user, and the worker's verdicts
     parts      where a worker's seconds go: named parts of judging, each second counted once
-    sandbox    the sandbox's policy, and the launcher that closes the doors before a worker starts
-    landlock   Landlock's three system calls, for a process to restrict itself
+    sandbox    the sandbox's policy, and the launcher that closes the doors before a worker
+               starts; Landlock's three system calls
+    verdicts   the verdicts and what each means, every rejection rule and row flag, the
+               one-line errors that reach the user
 """

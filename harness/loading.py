@@ -31,7 +31,7 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
-from harness.errors import UserError
+from harness.verdicts import UserError
 
 REQUIRED_NAMES = ("Model", "get_inputs", "get_init_inputs")
 COUNTERS = ("count_bytes", "count_flops")
@@ -76,7 +76,7 @@ def import_file(path: Path | str, namespace: dict[str, Any] | None = None) -> Mo
     again after: a neighbour named like a package found later (`solutions/lltm/cuda.py`, and
     the `cuda.bindings` that torch looks for when a spawned worker imports it) shadows nothing
     afterwards, here or in the workers this process spawns. Exceptions propagate. Links in
-    `path` are kept: a sandboxed job's solution lies under a stable link (harness.run.staging),
+    `path` are kept: a sandboxed job's solution lies under a stable link (harness.run.sandboxing),
     and its `__file__`, which names the sources it builds with torch's `load`, keeps that name.
     """
     path = Path(os.path.abspath(path))

@@ -18,9 +18,8 @@ from pathlib import Path
 
 from harness import codec, files
 from harness.codec import omitted_when
-from harness.measurement import Measurement, PerCall
 from harness.settings import REPO, Settings
-from harness.stats import Interval
+from harness.stats import Interval, Measurement, PerCall
 
 LOG_NAME = "runs.jsonl"
 FORGET = "forget"  # the kind of a log line that drops the earlier records of one solution
@@ -136,7 +135,7 @@ class Build:
     # how it could build faster (harness.measure.builds.slow_header)
     hint: str | None = field(default=None, metadata=OMIT_NONE)
     # what its CUDA units read for <torch/extension.h>: "torch/types.h" or "as written"
-    # (harness.measure.cuda_header); None where none includes it, and in older records
+    # (harness.measure.builds); None where none includes it, and in older records
     cuda_header: str | None = field(default=None, metadata=OMIT_NONE)
 
 

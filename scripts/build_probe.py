@@ -1,5 +1,5 @@
 """One build, stage by stage: a solution's CUDA unit compiled as the harness compiles it (against
-<torch/types.h> where it includes <torch/extension.h>: harness/measure/cuda_header.py) and as
+<torch/types.h> where it includes <torch/extension.h>: harness/measure/builds.py) and as
 written, each in a fresh build folder, one after the other.
 
     python scripts/build_probe.py PROBLEM SOLUTION [--pch-dir DIR] [--way light|as written]

@@ -25,7 +25,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from harness import files, status
+from harness import files, verdicts
 from harness.record import FORGET, LOG_NAME
 
 DEVICES = ("cpu", "cuda")
@@ -121,7 +121,7 @@ def wanted_status(entry: dict[str, str], check_only: bool, device: str) -> str:
     """The status `entry` expects on `device`: a cpu_ok solution checked with --check-only on a
     GPU is never profiled, so `ok` instead of `rejected`."""
     if check_only and device == "cuda" and entry["kind"] == "cpu_ok":
-        return status.OK
+        return verdicts.OK
     return entry[device]
 
 

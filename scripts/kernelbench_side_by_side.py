@@ -147,11 +147,11 @@ def measure(args: argparse.Namespace) -> None:
     kb_eval, kb_timing = import_kernelbench(Path(args.checkout))
     import torch
 
-    from harness.measure import cuda_header, pch
+    from harness.measure import builds, pch
 
     # The harness's changes to a build's commands, made the same way here, so that its builds
     # are up to date for KernelBench's load_inline too, rather than compiled again.
-    cuda_header.install()
+    builds.install()
     # Absolute paths, as the harness's worker builds with: ninja compares each command line,
     # and a relative build folder would give other ones, so everything would compile again.
     args.build_dir = str(Path(args.build_dir).resolve())

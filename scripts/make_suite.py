@@ -51,16 +51,20 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 import suite_kernels
 import suite_sources
 
-from harness import status
+from harness import verdicts
 from harness.tolerance import DEFAULT_TOLERANCE
 
 KIND_SHARES = {"cuda_ok": 12, "cpu_ok": 3, "wrong": 3, "crash": 2}  # out of their sum
 KIND_STATUS = {  # kind: (status on a machine without a GPU, status on one with a GPU)
-    "cuda_ok": (status.NO_GPU, status.OK),
-    "cpu_ok": (status.OK, status.REJECTED),
-    "wrong": (status.INCORRECT, status.INCORRECT),
+    "cuda_ok": (verdicts.NO_GPU, verdicts.OK),
+    "cpu_ok": (verdicts.OK, verdicts.REJECTED),
+    "wrong": (verdicts.INCORRECT, verdicts.INCORRECT),
 }  # a crash's status depends on its way (CRASH_STATUS), and is the same on either
-CRASH_STATUS = {"raise": status.RUNTIME_ERROR, "exit": status.CRASHED, "abort": status.CRASHED}
+CRASH_STATUS = {
+    "raise": verdicts.RUNTIME_ERROR,
+    "exit": verdicts.CRASHED,
+    "abort": verdicts.CRASHED,
+}
 CRASH_CODE = {
     "raise": 'raise RuntimeError("suite: this solution fails on purpose")',
     "exit": "os._exit(3)",

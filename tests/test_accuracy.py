@@ -18,14 +18,14 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from harness import accuracy, status
+from harness import accuracy, verdicts
 from harness.accuracy import Exact, Wide
-from harness.errors import Verdict
 from harness.loading import Case, Problem
 from harness.matching import mismatch
 from harness.measure.benchmarking import _spot_checker
 from harness.measure.checking import check_cases
 from harness.settings import Checking, Settings
+from harness.verdicts import Verdict
 
 CPU = torch.device("cpu")
 CHECKING = Checking(trials=2, seed=0)
@@ -226,7 +226,7 @@ def test_approximations_stay_incorrect_and_the_report_names_both_errors(
     model: type, inputs: Callable[[], list[Any]], solution: type
 ) -> None:
     verdict = judged(model, inputs, solution)
-    assert verdict.startswith(f"{status.INCORRECT}: case 'default'")
+    assert verdict.startswith(f"{verdicts.INCORRECT}: case 'default'")
     assert "against float64 at [" in verdict
     assert "the solution's error" in verdict and "the reference's own" in verdict
     assert f"or {accuracy.MULTIPLE:g}x the reference's own error against float64" in verdict
@@ -238,7 +238,7 @@ def test_on_the_gpu_approximations_stay_incorrect(
     model: type, inputs: Callable[[], list[Any]], solution: type
 ) -> None:
     verdict = judged(model, inputs, solution, device=torch.device("cuda"))
-    assert verdict.startswith(f"{status.INCORRECT}: case 'default'"), verdict
+    assert verdict.startswith(f"{verdicts.INCORRECT}: case 'default'"), verdict
     assert "against float64 at [" in verdict
 
 
@@ -273,7 +273,7 @@ class RowSumPlain(torch.nn.Module):
 
 def test_a_reference_that_fails_in_float64_falls_back_to_the_tolerance_and_says_so() -> None:
     verdict = judged(Float32Only, cancelling_sums, RowSumInDouble)
-    assert verdict.startswith(f"{status.INCORRECT}: ")
+    assert verdict.startswith(f"{verdicts.INCORRECT}: ")
     assert "tolerance atol=0.0001 rtol=0.0001 alone: the reference could not run in float64" in (
         verdict
     )
@@ -303,7 +303,7 @@ def test_a_reference_that_draws_random_numbers_is_judged_by_the_tolerance_alone(
     Dropout kernel with a fixed seed of its own passed KernelBench's level-2 problem 66 so)."""
     inputs = lambda: [torch.randn(64, 256)]  # noqa: E731
     verdict = judged(Noisy, inputs, NoisyOwnDraws)
-    assert verdict.startswith(f"{status.INCORRECT}: ")
+    assert verdict.startswith(f"{verdicts.INCORRECT}: ")
     assert "alone: the reference draws random numbers, which differ in float64" in verdict
     assert judged(Noisy, inputs, Noisy) == "ok"  # torch's numbers in torch's order still pass
 
@@ -319,7 +319,7 @@ def test_spot_checks_of_timed_calls_use_the_same_rule() -> None:
     half = [torch.randn(16, 131_072), torch.randn(131_072)]
     with pytest.raises(Verdict) as caught:
         checker.check(ProductInHalf()(*half), half, "timed call 2")
-    assert caught.value.status == status.INCORRECT
+    assert caught.value.status == verdicts.INCORRECT
     assert caught.value.detail.startswith("timed call 2: output: ")
     assert "the solution's error" in caught.value.detail
     assert "the reference's own" in caught.value.detail

@@ -15,12 +15,12 @@ import pytest
 import torch
 
 import run
-from harness import loading, matching, status
-from harness.errors import Verdict
+from harness import loading, matching, verdicts
 from harness.matching import Tolerance, mismatch
-from harness.measure import anticheat, checking, feeding, integrity, profiling, seen
+from harness.measure import anticheat, checking, feeding, profiling, seen
 from harness.measure.profiling import Kernel, Profile
 from harness.run import scan
+from harness.verdicts import Verdict
 from tests.conftest import FIXTURES
 
 CPU = torch.device("cpu")
@@ -29,7 +29,7 @@ CPU = torch.device("cpu")
 def rule_of(fn: Any, *args: Any) -> str | None:
     with pytest.raises(Verdict) as caught:
         fn(*args)
-    assert caught.value.status == status.REJECTED
+    assert caught.value.status == verdicts.REJECTED
     return caught.value.reason
 
 
@@ -128,7 +128,7 @@ def test_a_spot_check_catches_one_wrong_timed_call() -> None:
         for _ in range(6):
             feed.prepare()
             feed()
-    assert caught.value.status == status.INCORRECT
+    assert caught.value.status == verdicts.INCORRECT
     assert "benchmark 'b', timed call 5" in caught.value.detail
 
 
@@ -278,7 +278,7 @@ def test_a_timed_input_set_overwritten_between_checks_is_rejected() -> None:
 def test_a_replaced_timer_or_comparison_is_named(
     monkeypatch: pytest.MonkeyPatch, holder: Any, name: str
 ) -> None:
-    snapshot = integrity.Snapshot()
+    snapshot = anticheat.Snapshot()
     snapshot.verify("before")
     monkeypatch.setattr(holder, name, lambda *a, **k: None)
     with pytest.raises(Verdict) as caught:
@@ -289,7 +289,7 @@ def test_a_replaced_timer_or_comparison_is_named(
 
 
 def test_a_replaced_harness_function_is_named(monkeypatch: pytest.MonkeyPatch) -> None:
-    snapshot = integrity.Snapshot()
+    snapshot = anticheat.Snapshot()
     monkeypatch.setattr(matching, "mismatch", lambda *a, **k: None)
     with pytest.raises(Verdict) as caught:
         snapshot.verify("after")

@@ -11,8 +11,7 @@ import pytest
 import torch
 import torch.nn as nn
 
-from harness import status
-from harness.errors import UserError
+from harness import verdicts
 from harness.inputs import seed_everything
 from harness.loading import Case, Problem, load_problem
 from harness.matching import mismatch
@@ -28,7 +27,7 @@ from harness.measure.audit import (
     render_findings,
 )
 from harness.measure.checking import Verdict, check_cases
-from harness.measure.judged import Judged
+from harness.measure.messages import Judged
 from harness.measure.trivial import constant, expanded, zeros
 from harness.measure.worker import Job
 from harness.record import Finding
@@ -38,6 +37,7 @@ from harness.run.discovery import ProblemSource, list_problems
 from harness.run.progress import Progress
 from harness.run.session import Session
 from harness.settings import Checking, Places, Settings
+from harness.verdicts import UserError
 from tests.conftest import FIXTURES, REPO
 
 AUDIT = FIXTURES / "audit"
@@ -163,7 +163,7 @@ def test_a_rejected_problem_lets_the_cheat_pass_the_harness_check(
     clean = fixture("good_relu")
     with pytest.raises(Verdict) as failure:
         check_cases(clean, cheat or memorised(clean), CPU, Checking(trials=3, seed=7))
-    assert failure.value.status == status.INCORRECT
+    assert failure.value.status == verdicts.INCORRECT
 
 
 def test_a_times_zero_output_lets_a_zero_solution_match() -> None:
@@ -384,7 +384,7 @@ def test_one_worker_audits_every_problem_and_finds_what_it_finds_here(tmp_path) 
     sources = tuple((name, str(AUDIT / f"{name}.py")) for name in names)
     job = Job(*sources[0], sources[0][1], str(tmp_path / "a.log"), "", settings, "audit", sources)
     result = isolate.run_isolated(job, lambda event: None)
-    assert result.status == status.OK, result.detail
+    assert result.status == verdicts.OK, result.detail
     answers = result.audits or {}
     assert list(answers) == list(names)
     for name in names[:2]:
@@ -405,11 +405,13 @@ def test_the_run_asks_one_worker_for_all_audits_and_the_rest_alone(tmp_path) -> 
 
     def run_job(job: Any) -> Judged:  # answers the first problem only
         jobs.append(job)
-        return Judged(status.OK, audits=audit_each(job.sources[:1], torch.device("cpu")))
+        return Judged(verdicts.OK, audits=audit_each(job.sources[:1], torch.device("cpu")))
 
     def alone(source: ProblemSource, task: str, run: Any) -> Judged:
         jobs.append(source.name)
-        return Judged(status.OK, audits={source.name: Audited(error="RuntimeError: it fell over")})
+        return Judged(
+            verdicts.OK, audits={source.name: Audited(error="RuntimeError: it fell over")}
+        )
 
     job = lambda source, task, label: Job(source.name, "", "", "", "", settings, task)  # noqa: E731
     auditing = Auditing(settings, Progress(io.StringIO()), job, alone)

@@ -1,4 +1,4 @@
-"""A problem is audited once, not once a run (harness.run.audit_cache): its answer is kept in the
+"""A problem is audited once, not once a run (harness.run.auditing): its answer is kept in the
 build cache by the reference's sources and the harness's code, and a changed reference, a
 failed audit or a failing reference is audited again."""
 
@@ -12,15 +12,14 @@ from typing import Any
 import pytest
 import torch
 
-from harness import status, toolchain
+from harness import toolchain, verdicts
 from harness.loading import load_problem
 from harness.measure import audit
 from harness.measure.audit import Audited, audit_each
-from harness.measure.judged import Judged
+from harness.measure.messages import Judged
 from harness.measure.worker import Job
 from harness.record import Finding
-from harness.run.audit_cache import AuditCache
-from harness.run.auditing import Auditing
+from harness.run.auditing import AuditCache, Auditing
 from harness.run.discovery import ProblemSource
 from harness.run.progress import Progress
 from harness.run.session import Session
@@ -76,7 +75,7 @@ def test_on_a_gpu_only_the_problems_not_audited_before_go_to_the_worker(tmp_path
 
     def run_job(job: Any) -> Judged:
         jobs.append(job.sources)
-        return Judged(status.OK, audits=audit_each(job.sources, torch.device("cpu")))
+        return Judged(verdicts.OK, audits=audit_each(job.sources, torch.device("cpu")))
 
     def alone(source: ProblemSource, task: str, run: Any) -> Judged:
         raise AssertionError("every problem was answered by the one job")

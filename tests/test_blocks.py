@@ -9,11 +9,11 @@ from typing import Any
 import pytest
 import torch
 
-from harness import accuracy, blocks, matching, status
-from harness.errors import HarnessError
+from harness import accuracy, blocks, matching, verdicts
 from harness.matching import excess, mismatch
 from harness.measure import anticheat, kernelbench, worker
 from harness.measure.checking import harness_run
+from harness.verdicts import HarnessError
 
 CPU = torch.device("cpu")
 
@@ -101,7 +101,7 @@ def test_the_harness_failing_to_compare_is_a_harness_error_never_the_solutions()
     with pytest.raises(HarnessError, match="comparison of the outputs failed: OutOfMemoryError"):
         harness_run(out_of_memory)(torch.ones(1), torch.ones(1))
     judged = worker._blame(HarnessError("the harness's comparison failed"), __file__, True)
-    assert judged.harness_error and judged.status == status.RUNTIME_ERROR
+    assert judged.harness_error and judged.status == verdicts.RUNTIME_ERROR
 
     def illegal_address(expected: Any, actual: Any) -> str | None:
         raise RuntimeError("CUDA error: an illegal memory access was encountered")

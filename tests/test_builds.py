@@ -10,8 +10,8 @@ from typing import Any
 
 import pytest
 
-from harness.measure import builds, sourcemap
-from harness.measure.events import BuildEnd, BuildStart, Event
+from harness.measure import builds
+from harness.measure.messages import BuildEnd, BuildStart, Event
 from harness.run.progress import Progress
 
 SOLUTION = '''"""A solution whose C++ lives in a string."""
@@ -51,7 +51,7 @@ def test_a_gcc_error_names_the_line_of_the_solution_too(written: tuple[Path, Pat
     solution, main = written
     line = main.read_text().splitlines().index("    return undefined_name(x);") + 1
     error = f"{main}:{line}:12: error: 'undefined_name' was not declared in this scope"
-    assert sourcemap.annotate(error, solution) == (
+    assert builds.annotate(error, solution) == (
         f"{main}:{line}:12 (mine.py line 13): error: 'undefined_name' was not declared in this "
         "scope"
     )
@@ -63,9 +63,9 @@ def test_a_line_found_twice_is_told_apart_by_the_lines_around_it(
     solution, main = written
     lines = main.read_text().splitlines()
     second_close = [i for i, text in enumerate(lines) if text == "}"][1] + 1
-    assert sourcemap.solution_line(main, second_close, solution) == 14
+    assert builds.solution_line(main, second_close, solution) == 14
     error = f"{main}({second_close}): error: expected a ';'"  # nvcc's form
-    assert f"({second_close}) (mine.py line 14): error" in sourcemap.annotate(error, solution)
+    assert f"({second_close}) (mine.py line 14): error" in builds.annotate(error, solution)
 
 
 def test_nothing_is_added_where_the_line_cannot_be_found(written: tuple[Path, Path]) -> None:
@@ -77,8 +77,8 @@ def test_nothing_is_added_where_the_line_cannot_be_found(written: tuple[Path, Pa
         "/gone/main.cpp:3:1: error: no such file",
         "ninja: build stopped: subcommand failed.",
     ):
-        assert sourcemap.annotate(error, solution) == error
-    assert sourcemap.annotate(f"{main}:9:1: error: x", None) == f"{main}:9:1: error: x"
+        assert builds.annotate(error, solution) == error
+    assert builds.annotate(f"{main}:9:1: error: x", None) == f"{main}:9:1: error: x"
 
 
 def test_the_failure_line_is_short_and_points_into_the_solution(

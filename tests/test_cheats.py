@@ -13,12 +13,12 @@ from pathlib import Path
 import pytest
 import torch
 
-from harness import status
-from harness.errors import Verdict
+from harness import verdicts
 from harness.loading import import_file, load_problem
 from harness.measure.checking import check_cases
 from harness.run import sandboxing
 from harness.settings import Checking
+from harness.verdicts import Verdict
 from tests.conftest import BUILDS, FIXTURES, REPO, TOY, CliRun
 
 CHEATS = FIXTURES / "cheats"
@@ -165,7 +165,7 @@ def test_only_the_secret_exposes_a_solution_tuned_to_the_public_seeds() -> None:
     assert check_cases(problem, model_new, cpu, Checking(trials=5, seed=42, secret=0)) == 15
     with pytest.raises(Verdict) as caught:
         check_cases(problem, model_new, cpu, Checking(trials=5, seed=42, secret=1234))
-    assert caught.value.status == status.INCORRECT
+    assert caught.value.status == verdicts.INCORRECT
 
 
 def test_calling_torch_multilabel_margin_loss_is_flagged_on_cpu(module_cli: CliRun) -> None:
@@ -223,4 +223,4 @@ def test_without_that_case_the_tolerance_alone_lets_a_subsample_through() -> Non
     assert check_cases(replace(problem, cases=(problem.cases[0], smooth)), model_new, cpu, checking)
     with pytest.raises(Verdict) as caught:
         check_cases(problem, model_new, cpu, checking)
-    assert caught.value.status == status.INCORRECT and "case 'spike'" in caught.value.detail
+    assert caught.value.status == verdicts.INCORRECT and "case 'spike'" in caught.value.detail

@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 import torch
 
-from harness import status
+from harness import verdicts
 from harness.loading import load_problem
 from harness.measure import checking
 from harness.measure.checking import Verdict, check_cases, check_refused
@@ -49,7 +49,7 @@ def test_an_expected_refusal_is_one_line_in_the_log_an_unexpected_error_a_traceb
     )
     assert "Traceback" not in logged.err
     with pytest.raises(Verdict):
-        checking.guard(status.RUNTIME_ERROR, "case 'good'", checking.call, Raises(), INPUTS, CPU)
+        checking.guard(verdicts.RUNTIME_ERROR, "case 'good'", checking.call, Raises(), INPUTS, CPU)
     assert "Traceback" in capsys.readouterr().err
 
 
@@ -65,7 +65,7 @@ def test_a_refusal_that_breaks_the_device_is_a_runtime_error(monkeypatch) -> Non
     monkeypatch.setattr(checking, "probe", broken)
     with pytest.raises(Verdict) as err:
         check_refused(Raises(), INPUTS, CPU, "case 'bad'")
-    assert err.value.status == status.RUNTIME_ERROR
+    assert err.value.status == verdicts.RUNTIME_ERROR
     assert "device is unusable after invalid input" in err.value.detail
     assert "device-side assert" in err.value.detail
 
@@ -107,6 +107,6 @@ def test_invalid_cases_skip_the_reference_and_need_a_refusal(tmp_path) -> None:
     assert check_cases(problem, CheckedSqrt, CPU, Checking(trials=2, seed=0)) == 4
     with pytest.raises(Verdict) as err:
         check_cases(problem, UncheckedSqrt, CPU, Checking(trials=2, seed=0))
-    assert err.value.status == status.INCORRECT
+    assert err.value.status == verdicts.INCORRECT
     assert "case 'negative'" in err.value.detail
     assert "returned finite values for invalid input" in err.value.detail

@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from harness import codec, files, record, status
+from harness import codec, files, record, verdicts
 from harness.record import RunRecord
 from harness.results import baselines, comparison, report, summary
 from harness.settings import Limits, StopRule
@@ -48,7 +48,7 @@ def test_an_issue_5_row_holds_what_its_table_showed(records: list[RunRecord]) ->
     fast = of_run(records, ISSUE_5_RUN, "smooth_l1", "fast_cuda")
     assert (fast.run_id, fast.status, fast.checks, fast.cases) == (
         "20261129-131410-2b0e8b",
-        status.OK,
+        verdicts.OK,
         100,
         20,
     )

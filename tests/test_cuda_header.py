@@ -1,4 +1,4 @@
-"""The light header for CUDA units (harness.measure.cuda_header), on ninja files shaped as torch
+"""The light header for CUDA units (harness.measure.builds), on ninja files shaped as torch
 writes them, compiled by the host's C++ compiler against stand-in PyTorch headers: a unit that
 compiles against <torch/types.h> does so; one that needs more compiles as written, once."""
 
@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from harness.measure import cuda_header
+from harness.measure import builds
 
 pytestmark = pytest.mark.skipif(
     not (shutil.which("ninja") and shutil.which("c++")), reason="needs ninja and a C++ compiler"
@@ -47,9 +47,9 @@ def _build(tmp_path: Path, source: str) -> Path:
 def test_a_unit_that_compiles_light_does_and_a_second_load_compiles_nothing(tmp_path, capsys):
     build = _build(tmp_path, LIGHT_ONLY)
     written = (build / "build.ninja").read_text()
-    run = cuda_header.wrap(_run_ninja)
+    run = builds.wrap(_run_ninja)
     run(str(build), True, "build failed")
-    assert cuda_header.take() == cuda_header.LIGHT
+    assert builds.take() == builds.LIGHT
     light = (build / "cuda.light.cu").read_text()
     assert light.startswith(f'#line 1 "{build / "cuda.cu"}"\n#include <torch/types.h>\n')
     assert "cuda.light.cu" in (build / "build.ninja").read_text()
@@ -58,45 +58,45 @@ def test_a_unit_that_compiles_light_does_and_a_second_load_compiles_nothing(tmp_
     (build / "build.ninja").write_text(written)  # torch writes its own file again at each load
     run(str(build), True, "build failed")
     assert (build / "cuda.cuda.o").stat().st_mtime_ns == made  # the same command: up to date
-    assert cuda_header.take() == cuda_header.LIGHT
+    assert builds.take() == builds.LIGHT
 
 
 def test_a_unit_that_needs_the_full_header_compiles_as_written_and_is_remembered(tmp_path):
     build = _build(tmp_path, NEEDS_FULL)
-    run = cuda_header.wrap(_run_ninja)
+    run = builds.wrap(_run_ninja)
     run(str(build), True, "build failed")
-    assert cuda_header.take() == cuda_header.AS_WRITTEN
+    assert builds.take() == builds.AS_WRITTEN
     assert f"cuda_compile {build / 'cuda.cu'}" in (build / "build.ninja").read_text()
     made = (build / "cuda.cuda.o").stat().st_mtime_ns
     (build / "cuda.light.cu").unlink()
     run(str(build), True, "build failed")  # no second try of the light copy, no rebuild
     assert not (build / "cuda.light.cu").exists()
     assert (build / "cuda.cuda.o").stat().st_mtime_ns == made
-    assert cuda_header.take() == cuda_header.AS_WRITTEN
+    assert builds.take() == builds.AS_WRITTEN
     (build / "cuda.cu").write_text(LIGHT_ONLY)  # a changed source is tried light again
     run(str(build), True, "build failed")
-    assert cuda_header.take() == cuda_header.LIGHT
+    assert builds.take() == builds.LIGHT
 
 
 def test_a_unit_that_fails_either_way_reports_the_error_of_the_source_as_written(tmp_path, capsys):
     build = _build(tmp_path, LIGHT_ONLY.replace("light()", "light() + undeclared"))
     with pytest.raises(RuntimeError):
-        cuda_header.wrap(_run_ninja)(str(build), True, "build failed")
+        builds.wrap(_run_ninja)(str(build), True, "build failed")
     log = capsys.readouterr().out
     assert log.count("undeclared") >= 2  # both compiles failed on it
-    shown = cuda_header.first_error_text(log)
+    shown = builds.first_error_text(log)
     assert "cuda.light.cu" not in shown and "undeclared" in shown
-    assert cuda_header.take() == cuda_header.AS_WRITTEN
+    assert builds.take() == builds.AS_WRITTEN
 
 
 def test_units_without_the_full_header_or_outside_the_build_folder_are_left_alone(tmp_path):
     build = _build(tmp_path, "#include <torch/types.h>\nint kernel() { return light(); }\n")
-    cuda_header.wrap(_run_ninja)(str(build), True, "build failed")
-    assert cuda_header.take() is None and not (build / "cuda.light.cu").exists()
+    builds.wrap(_run_ninja)(str(build), True, "build failed")
+    assert builds.take() is None and not (build / "cuda.light.cu").exists()
     elsewhere = tmp_path / "kernel.cu"  # load()'s own file: its includes resolve beside it
     elsewhere.write_text(LIGHT_ONLY)
     ninja = build / "build.ninja"
     ninja.write_text(ninja.read_text().replace(str(build / "cuda.cu"), str(elsewhere)))
-    cuda_header.wrap(_run_ninja)(str(build), True, "build failed")
-    assert cuda_header.take() == cuda_header.AS_WRITTEN
+    builds.wrap(_run_ninja)(str(build), True, "build failed")
+    assert builds.take() == builds.AS_WRITTEN
     assert not (tmp_path / "kernel.light.cu").exists()

@@ -5,10 +5,10 @@ from pathlib import Path
 import pytest
 
 from harness import record as run_log
-from harness.errors import UserError
 from harness.record import BenchRow, RunRecord
 from harness.results import comparison
 from harness.stats import Interval
+from harness.verdicts import UserError
 from tests.records_factory import bench, record
 
 OLD_RUN, NEW_RUN = "20261128-090000-0ld0ld", "20261129-100000-4e54e5"

@@ -4,13 +4,13 @@ from pathlib import Path
 
 import pytest
 
-from harness.errors import UserError
 from harness.run.discovery import (
     find_solutions,
     list_problems,
     missing_model_new,
     resolve_problem,
 )
+from harness.verdicts import UserError
 from tests.conftest import REPO
 
 PROBLEMS, SOLUTIONS = REPO / "problems", REPO / "solutions"

@@ -10,18 +10,18 @@ from typing import Any
 import pytest
 import torch
 
-from harness import codec, stats, status
+from harness import codec, stats, verdicts
 from harness import record as record_
 from harness import settings as settings_
-from harness.errors import UserError, Verdict
 from harness.loading import Problem, import_file, load_problem
-from harness.measure import checking, kernelbench, percall
+from harness.measure import benchmarking, checking, kernelbench
 from harness.measure import timing as timing_
 from harness.measure.audit import WEAK, audit_problem
-from harness.measurement import PerCall
 from harness.record import BenchRow
-from harness.results import comparison, flagged, report
+from harness.results import comparison, report
 from harness.settings import KERNELBENCH, Checking, Settings, StopRule
+from harness.stats import PerCall
+from harness.verdicts import UserError, Verdict
 from tests.conftest import FIXTURES, REPO, TOY, CliRun
 from tests.records_factory import bench, record, timing
 
@@ -54,7 +54,7 @@ def judged(problem_name: str, solution: str, how: Checking = AS_HARNESS) -> str 
 @pytest.mark.parametrize("profile", [AS_HARNESS, AS_KERNELBENCH], ids=["harness", "kernelbench"])
 def test_running_statistics_are_wrong_for_a_batchnorm_in_training_mode(profile: Checking) -> None:
     verdict = judged("batchnorm", "running_stats", profile)
-    assert verdict is not None and verdict.startswith(status.INCORRECT)
+    assert verdict is not None and verdict.startswith(verdicts.INCORRECT)
     assert "the reference runs in training mode" in verdict
     assert "BatchNorm2d at 'bn'" in verdict and "self.eval()" in verdict
 
@@ -67,7 +67,7 @@ def test_an_honest_training_mode_batchnorm_passes(profile: Checking) -> None:
 def test_a_problem_that_calls_eval_is_judged_in_inference_mode() -> None:
     assert judged("batchnorm_inference", "running_stats") is None
     verdict = judged("batchnorm_inference", "batch_stats")
-    assert verdict is not None and verdict.startswith(status.INCORRECT)
+    assert verdict is not None and verdict.startswith(verdicts.INCORRECT)
     assert "training mode" not in verdict  # nothing in the reference is in training mode
 
 
@@ -253,14 +253,14 @@ def test_comparing_runs_of_two_profiles_is_refused(tmp_path: Path) -> None:
 def test_the_host_bound_side_is_named_where_the_speedups_part(
     device: float, per_call: float, side: str | None
 ) -> None:
-    assert percall.host_bound(device, per_call) == side
+    assert benchmarking.host_bound(device, per_call) == side
 
 
 def test_per_call_sampling_is_looser_and_shorter_than_the_device_time() -> None:
     rule = StopRule()
-    looser = percall.per_call_rule(rule)
+    looser = benchmarking.per_call_rule(rule)
     assert looser.budget_ms == rule.budget_ms / 4
-    assert looser.max_samples <= percall.PER_CALL_MAX_SAMPLES
+    assert looser.max_samples <= benchmarking.PER_CALL_MAX_SAMPLES
     assert looser.target_rse >= rule.target_rse
 
 
@@ -271,7 +271,7 @@ def test_a_row_carries_its_per_call_speedup_through_the_log_table_and_csv() -> N
     assert codec.decode(BenchRow, codec.encode(row)) == row
     rows = report.table_rows([record("p", "s", [row])])
     assert rows[0].per_call_speedup == 1.8 and rows[0].host_bound == "reference"
-    found = "; ".join(flagged.flags(row, rows[0], report.bench_speedup(row)))
+    found = "; ".join(report.flags(row, rows[0], report.bench_speedup(row)))
     assert found == rows[0].flags
     assert "host-bound reference: 1.80x per call against 1.50x on the device" in found
     assert "1.80x [1.70, 1.90]" in report.markdown_table(rows)
@@ -320,7 +320,7 @@ def test_per_call_time_includes_the_host_time_of_many_launches() -> None:
         return y
 
     rule = StopRule(warmup_ms=5, min_samples=20, max_samples=100, budget_ms=300)
-    timers = {"device": timing_.CudaTimer(device), "per_call": percall.PerCallTimer(device)}
+    timers = {"device": timing_.CudaTimer(device), "per_call": timing.PerCallTimer(device)}
     medians = {
         name: timing_.sample({"call": many_launches}, timer, rule).measurements["call"].median_us
         for name, timer in timers.items()
@@ -345,7 +345,7 @@ def test_each_per_call_sample_follows_an_untimed_warm_call_after_its_inputs_are_
             seen.append("call")
             return x + 1
 
-    times = percall.PerCallTimer(device).run([Fed(), Fed()])
+    times = timing.PerCallTimer(device).run([Fed(), Fed()])
     assert seen == ["prepare", "warm", "call"] * 2 and len(times) == 2
 
 

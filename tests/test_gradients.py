@@ -10,13 +10,13 @@ from typing import Any, ClassVar
 import torch
 import torch.nn.functional as F
 
-from harness import status
-from harness.errors import Verdict
+from harness import verdicts
 from harness.loading import Case, import_file, load_problem
 from harness.measure.benchmarking import time_benchmarks
 from harness.measure.checking import check_cases
 from harness.record import BenchRow
 from harness.settings import Checking, Settings, StopRule, Timing
+from harness.verdicts import Verdict
 from tests.conftest import REPO
 
 LLTM = load_problem("lltm", REPO / "problems" / "lltm" / "reference.py")
@@ -76,20 +76,20 @@ def test_the_same_function_by_other_operations_passes_forward_and_backward() -> 
 
 def test_detached_outputs_are_incorrect_with_the_reason() -> None:
     verdict = judged(Detached)
-    assert verdict.startswith(f"{status.INCORRECT}: case 'default', seed ")
+    assert verdict.startswith(f"{verdicts.INCORRECT}: case 'default', seed ")
     assert "output 0 carries no gradient (detached, or made without autograd)" in verdict
 
 
 def test_a_wrong_backward_names_the_tensor_whose_gradient_differs() -> None:
     verdict = judged(WrongBackward)
-    assert verdict.startswith(f"{status.INCORRECT}: case 'default', seed ")
+    assert verdict.startswith(f"{verdicts.INCORRECT}: case 'default', seed ")
     assert "the gradient of old_h: " in verdict
 
 
 def test_parameters_under_other_names_cannot_be_compared_and_say_so() -> None:
     verdict = judged(Renamed)
     assert verdict == (
-        f"{status.INCORRECT}: ModelNew has no parameter 'weights' of shape [384, 160], so its "
+        f"{verdicts.INCORRECT}: ModelNew has no parameter 'weights' of shape [384, 160], so its "
         "gradient cannot be checked: name and shape the parameters as Model does"
     )
 
@@ -197,7 +197,7 @@ def test_a_backward_that_keeps_its_first_answer_is_caught_on_fresh_upstream_grad
     StaleBackward.kept.clear()
     verdict = timed(Stale)
     assert isinstance(verdict, str)
-    assert verdict.startswith(f"{status.INCORRECT}: benchmark 'small"), verdict
+    assert verdict.startswith(f"{verdicts.INCORRECT}: benchmark 'small"), verdict
 
 
 def test_a_backward_that_writes_to_its_upstream_gradient_is_rejected() -> None:

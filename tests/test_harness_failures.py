@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 import run
-from harness import files, status
+from harness import files, verdicts
 from harness.loading import import_file
 from harness.measure import worker
 from harness.run import isolate
@@ -117,7 +117,7 @@ def test_an_error_the_solution_made_is_its_runtime_error(tmp_path: Path) -> None
     ]
     for err in made:
         blamed = worker._blame(err, solution, started=True)
-        assert blamed.status == status.RUNTIME_ERROR and not blamed.harness_error
+        assert blamed.status == verdicts.RUNTIME_ERROR and not blamed.harness_error
         assert not blamed.detail.startswith("harness error"), blamed
 
 
@@ -147,4 +147,4 @@ def test_a_worker_that_dies_before_its_job_began_is_the_harness_failure(tmp_path
     assert starting.harness_error is True
     assert "before it began its job" in starting.detail
     checking = isolate._died(Ended(1), log, "check")
-    assert checking.status == status.CRASHED and not checking.harness_error
+    assert checking.status == verdicts.CRASHED and not checking.harness_error

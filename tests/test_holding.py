@@ -1,4 +1,4 @@
-"""harness.run.holding: a timing stops every process of every running build, the compilers that
+"""harness.run.isolate: a timing stops every process of every running build, the compilers that
 ninja puts in process groups of their own too, and continues them afterwards."""
 
 from __future__ import annotations
@@ -11,9 +11,9 @@ from pathlib import Path
 
 import pytest
 
-from harness.run import ending, holding
+from harness.run import ending, isolate
 
-pytestmark = pytest.mark.skipif(not holding.can_hold(), reason="no /proc here")
+pytestmark = pytest.mark.skipif(not isolate.can_hold(), reason="no /proc here")
 
 # A build's shape: a worker, a child (ninja) and grandchildren (compilers) in their own groups.
 TREE = """
@@ -61,7 +61,7 @@ def build_tree() -> tuple[subprocess.Popen[str], list[int]]:
 
 
 def test_a_hold_stops_each_builds_whole_tree_until_the_last_timing_lets_go() -> None:
-    held = holding.Held()
+    held = isolate.Held()
     worker, pids = build_tree()
     try:
         assert len(pids) == 4

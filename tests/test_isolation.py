@@ -6,9 +6,8 @@ from typing import ClassVar
 
 import pytest
 
-from harness import status
-from harness.measure.events import Event, Phase, ReadyToTime, Tick
-from harness.measure.judged import Judged
+from harness import verdicts
+from harness.measure.messages import Event, Judged, Phase, ReadyToTime, Tick
 from harness.measure.worker import Job
 from harness.run import isolate, pool
 from harness.run.pool import LocalSlot
@@ -78,10 +77,10 @@ def test_a_failed_solution_keeps_its_full_log(toy_run: tuple[int, CliRun]) -> No
 
 def test_a_module_planted_where_python_imports_from_is_found_and_removed(tmp_path) -> None:
     """What shadows a known module or hooks Python's start-up goes; a new helper stays."""
-    from harness.run import plants
+    from harness.run import sandboxing
 
     (tmp_path / "existing.py").write_text("")
-    watched = plants.ImportPath([tmp_path])
+    watched = sandboxing.ImportPath([tmp_path])
     shadows = [tmp_path / "json.py", tmp_path / "existing.cpython-311-x86_64-linux-gnu.so"]
     hooks = [tmp_path / "evil.pth", tmp_path / "sitecustomize.py"]
     for path in [*shadows, *hooks, tmp_path / "own_helper.py"]:
@@ -95,7 +94,7 @@ def test_a_module_planted_where_python_imports_from_is_found_and_removed(tmp_pat
     left = sorted(p.name for p in tmp_path.iterdir())
     assert left == ["existing.py", "not_a_package", "own_helper.py"]
     assert watched.planted() == []
-    assert plants.rejected(Judged(status.OK), planted).reason == "planted_module"
+    assert sandboxing.rejected(Judged(verdicts.OK), planted).reason == "planted_module"
 
 
 def test_a_spare_worker_runs_a_job_as_a_fresh_one_does(tmp_path: Path) -> None:
@@ -154,7 +153,7 @@ def test_a_gpu_slot_runs_each_next_job_in_a_spare_started_ahead_of_it(
     ahead = ["started ahead of its job" in (tmp_path / f"{n}.log").read_text() for n in range(3)]
     assert ahead == [False, True, True]
     assert seen.count(ReadyToTime()) == 3  # each passed the gate
-    assert {type(event).__module__ for event in seen} == {"harness.measure.events"}  # typed
+    assert {type(event).__module__ for event in seen} == {"harness.measure.messages"}  # typed
 
 
 class FakeSpare:
@@ -206,7 +205,7 @@ def test_a_slots_timing_never_waits_for_a_spare(monkeypatch) -> None:
                 before_timing()
             else:
                 on_event(Tick("check") if step == "tick" else Phase("check"))
-        return Judged(status.OK)
+        return Judged(verdicts.OK)
 
     monkeypatch.setattr(pool, "execute", execute)
     monkeypatch.setattr(pool.machine, "loaded", lambda described, device: None)

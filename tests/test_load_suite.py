@@ -16,14 +16,14 @@ from typing import Any
 import pytest
 import torch
 
-from harness import accuracy, status
-from harness.errors import Verdict
+from harness import accuracy, verdicts
 from harness.inputs import make_inputs
 from harness.loading import Case, Problem, import_file, load_problem
 from harness.matching import DTYPE_DEFAULT, mismatch, tolerance
 from harness.measure.audit import WARN, audit_problem
 from harness.measure.checking import build_models, check_once
 from harness.run.discovery import missing_model_new
+from harness.verdicts import Verdict
 
 REPO = Path(__file__).resolve().parent.parent
 make_suite = import_file(REPO / "scripts" / "make_suite.py")
@@ -32,9 +32,9 @@ SIZE, SEED = 20, 3
 CPU = torch.device("cpu")
 CASE_SEED, INPUT_SEED = 11, 12  # the weights' and the inputs' seeds of the in-process checks
 STATUSES = {  # kind -> (on the CPU, on a GPU)
-    "cuda_ok": (status.NO_GPU, status.OK),
-    "cpu_ok": (status.OK, status.REJECTED),
-    "wrong": (status.INCORRECT, status.INCORRECT),
+    "cuda_ok": (verdicts.NO_GPU, verdicts.OK),
+    "cpu_ok": (verdicts.OK, verdicts.REJECTED),
+    "wrong": (verdicts.INCORRECT, verdicts.INCORRECT),
 }
 
 
@@ -123,7 +123,7 @@ def test_the_files_are_the_ones_expected_json_lists(suite: Path) -> None:
     )
     for key, entry in data["solutions"].items():
         assert key.endswith("/" + entry["kind"])
-        crash = {(status.RUNTIME_ERROR,) * 2, (status.CRASHED,) * 2}
+        crash = {(verdicts.RUNTIME_ERROR,) * 2, (verdicts.CRASHED,) * 2}
         wanted = {STATUSES[entry["kind"]]} if entry["kind"] in STATUSES else crash
         assert (entry["cpu"], entry["cuda"]) in wanted
 
@@ -193,7 +193,7 @@ def test_crashing_solutions_raise_or_end_their_process(suite: Path) -> None:
         models = build_models(problem, import_file(solution).ModelNew, case, CASE_SEED, CPU)
         with pytest.raises(Verdict) as raised:  # what the worker reports
             check_once(problem, case, models, make_inputs(case, INPUT_SEED, CPU), CPU)
-        assert raised.value.status == status.RUNTIME_ERROR
+        assert raised.value.status == verdicts.RUNTIME_ERROR
 
 
 def test_cuda_solutions_define_model_new_and_build_a_kernel_of_their_own(suite: Path) -> None:
@@ -274,7 +274,7 @@ def _duplicate(lines: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
 
 def _wrong_status(lines: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    return [{**lines[0], "status": status.TIMEOUT}, *lines[1:]]
+    return [{**lines[0], "status": verdicts.TIMEOUT}, *lines[1:]]
 
 
 def _unexpected(lines: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -331,7 +331,9 @@ def test_check_sweep_expects_cpu_ok_to_pass_a_check_only_gpu_sweep(
     plain = {key for key, entry in expected.items() if entry["kind"] == "cpu_ok"}
     assert plain and check(suite, tmp_path / "a", checked) == 1  # 'rejected' is not what it gives
     passed = [
-        {**line, "status": status.OK} if f"{line['problem']}/{line['solution']}" in plain else line
+        {**line, "status": verdicts.OK}
+        if f"{line['problem']}/{line['solution']}" in plain
+        else line
         for line in checked
     ]
     assert check(suite, tmp_path / "b", passed) == 0
@@ -398,7 +400,7 @@ def test_an_llm_shaped_solution_compiles_against_the_light_header(tmp_path: Path
     code = cli("--problem", problem_file, "--solution", str(solution), "--compile-cuda")
     assert code == 0
     record = cli.record(stem)
-    assert record["status"] == status.NO_GPU
+    assert record["status"] == verdicts.NO_GPU
     (build,) = record["builds"]
     assert build["cuda"] and build["cuda_header"] == "torch/types.h"
     assert "hint" not in build

@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from harness.errors import UserError
 from harness.loading import import_file, load_problem
+from harness.verdicts import UserError
 
 KERNELBENCH_FILE = """
 import torch

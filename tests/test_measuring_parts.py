@@ -15,11 +15,10 @@ import torch
 from harness import record
 from harness.loading import load_problem
 from harness.measure import benchmarking, gpustate, roofline
-from harness.measurement import PerCall
 from harness.record import BenchRow, Ceiling, CompiledRow, GpuState, Machine, Measurement
 from harness.results import baselines, report
 from harness.results.baselines import Baseline
-from harness.stats import Interval
+from harness.stats import Interval, PerCall
 from tests import records_factory as make
 from tests.conftest import REPO
 

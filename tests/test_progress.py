@@ -8,9 +8,8 @@ from types import SimpleNamespace
 
 import pytest
 
-from harness import status
-from harness.measure.events import BuildEnd, BuildStart, Count, Phase, Tick
-from harness.measure.judged import Judged
+from harness import verdicts
+from harness.measure.messages import BuildEnd, BuildStart, Count, Judged, Phase, Tick
 from harness.record import Build
 from harness.run import progress
 from harness.run.progress import Progress
@@ -79,7 +78,7 @@ def test_an_extension_built_by_the_run_is_not_then_claimed_from_the_cache() -> N
     shown = Progress(stream)
     report = SerialReport(shown)
 
-    built = Judged(status.OK, builds=(Build("toy_ext", cuda=False, seconds=40.6),))
+    built = Judged(verdicts.OK, builds=(Build("toy_ext", cuda=False, seconds=40.6),))
     unit = SimpleNamespace(index=1, total=1, label="toy/cpp_extension", built=built)
     report.built(unit, built)  # type: ignore[arg-type]  # a stand-in unit
     on_event = report.judging(unit, "cpu")  # type: ignore[arg-type]

@@ -28,11 +28,11 @@ ray = pytest.importorskip("ray")
 from ray.cluster_utils import Cluster  # noqa: E402
 
 from harness import toolchain  # noqa: E402
-from harness.errors import UserError  # noqa: E402
-from harness.measure.events import Event, Tick  # noqa: E402
+from harness.measure.messages import Event, Tick  # noqa: E402
 from harness.measure.worker import Job  # noqa: E402
-from harness.run import raypool, sandboxing, shipping  # noqa: E402
+from harness.run import raypool, sandboxing  # noqa: E402
 from harness.settings import Checking, Limits, Places, Settings, StopRule, Timing  # noqa: E402
+from harness.verdicts import UserError  # noqa: E402
 from tests.conftest import REPO, TOY, toy_solution  # noqa: E402
 
 QUICK = ["--device", "cpu", "--max-samples", "5", "--trials", "2", "--timeout", "20"]
@@ -155,15 +155,15 @@ def test_a_build_unpacked_where_it_was_missing_is_up_to_date_for_ninja(
     """A judge on another host finds the build task's folder in its own cache: here the one
     the build left, packed, removed, and unpacked where it was (paths are the same on
     every host), after which ninja has nothing to do where the judge's worker builds: in the
-    sandbox, a copy in its scratch folder under the build's stable name (harness.run.staging),
+    sandbox, a copy in its scratch folder under the build's stable name (harness.run.sandboxing),
     else the cache's folder itself."""
     _, root = ray_run
     (folder,) = (root / "builds" / "toy").glob("cpp_extension-*")
-    packed = shipping.pack(folder)
+    packed = raypool.pack(folder)
     assert packed is not None
     before = {p.relative_to(folder): p.stat().st_mtime_ns for p in folder.rglob("*")}
     shutil.move(folder, tmp_path / "elsewhere")
-    assert shipping.restore(folder, lambda: (folder.name, packed))
+    assert raypool.restore(folder, lambda: (folder.name, packed))
     assert {p.relative_to(folder): p.stat().st_mtime_ns for p in folder.rglob("*")} == before
     where = folder
     if not LACKS:  # as staging.stage stages it, mtimes kept
@@ -184,7 +184,7 @@ def test_a_build_is_unpacked_only_where_its_folder_is_missing(tmp_path: Path) ->
     (built / "ext").mkdir(parents=True)
     (built / "ext" / "ext.so").write_bytes(b"\x7fELF")
     os.utime(built / "ext" / "ext.so", ns=(1_000_000_000, 1_000_000_000))
-    packed = shipping.pack(built)
+    packed = raypool.pack(built)
     assert packed is not None
     shipped = (built.name, packed)
     fetched: list[int] = []
@@ -194,18 +194,18 @@ def test_a_build_is_unpacked_only_where_its_folder_is_missing(tmp_path: Path) ->
         return shipped
 
     elsewhere = tmp_path / "b" / "toy" / "mine-0123"
-    assert shipping.restore(elsewhere, fetch)  # missing: unpacked, mtimes kept
+    assert raypool.restore(elsewhere, fetch)  # missing: unpacked, mtimes kept
     assert (elsewhere / "ext" / "ext.so").read_bytes() == b"\x7fELF"
     assert (elsewhere / "ext" / "ext.so").stat().st_mtime_ns == 1_000_000_000
-    assert not shipping.restore(elsewhere, fetch)  # there now: not fetched again
+    assert not raypool.restore(elsewhere, fetch)  # there now: not fetched again
     assert fetched == [1]
     empty = tmp_path / "c" / "toy" / "mine-0123"
     empty.mkdir(parents=True)  # an empty folder (made by a job that built nothing) is missing
-    assert shipping.restore(empty, fetch) and (empty / "ext" / "ext.so").exists()
+    assert raypool.restore(empty, fetch) and (empty / "ext" / "ext.so").exists()
     other = tmp_path / "d" / "toy" / "mine-4567"  # another torch or target: another name
-    assert not shipping.restore(other, fetch) and not other.exists()
+    assert not raypool.restore(other, fetch) and not other.exists()
     assert not list(tmp_path.rglob("*.part"))
-    assert shipping.pack(tmp_path / "nothing") is None
+    assert raypool.pack(tmp_path / "nothing") is None
 
 
 def test_a_wrong_address_is_one_error_line_and_exit_3(tmp_path: Path) -> None:

@@ -6,7 +6,7 @@ import shlex
 import pytest
 
 import run
-from harness import status
+from harness import verdicts
 from harness.loading import load_problem
 from harness.run import flags
 from harness.run.discovery import given_solutions, resolve_problem
@@ -38,7 +38,7 @@ def test_install_run_and_test_commands_are_the_ones_ci_runs() -> None:
 
 
 def test_every_status_is_documented_with_its_meaning() -> None:
-    for name, meaning in status.MEANING.items():
+    for name, meaning in verdicts.MEANING.items():
         row = re.search(rf"^\| `{name}` \| (.+) \|$", README, re.MULTILINE)
         assert row, f"README has no row for status {name}"
         assert row.group(1).replace("`", "") == meaning

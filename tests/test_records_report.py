@@ -12,7 +12,7 @@ import pytest
 
 from harness import codec, files, record
 from harness.record import BenchRow, Measurement, RunRecord
-from harness.results import rendering, report, shown
+from harness.results import rendering, report
 from tests import records_factory as make
 
 INPUTS = ("float32[512,1024]", "int64[512,1024]")
@@ -127,7 +127,7 @@ def test_latest_record_of_each_solution_wins() -> None:
     old = run("a", status="incorrect", when="2026-11-28T10:00:00+00:00")
     new = run("a", benchmarks=[timed(10.0, 20.0)], when="2026-11-29T10:00:00+00:00")
     other_problem = make.record("q", "b")
-    latest = shown.latest_per_solution([old, new, other_problem], "p")
+    latest = report.latest_per_solution([old, new, other_problem], "p")
     assert latest == [new]
 
 

@@ -14,7 +14,6 @@ import torch
 import run
 from harness import record as run_log
 from harness import settings
-from harness.errors import UserError, Verdict
 from harness.inputs import Seeds
 from harness.loading import import_file, load_problem
 from harness.matching import Tolerance
@@ -22,6 +21,7 @@ from harness.measure.checking import check_cases
 from harness.run import driving, replay
 from harness.run.discovery import ProblemSource, given_solutions, resolve_problem
 from harness.settings import Checking, Places, Settings, StopRule, Timing
+from harness.verdicts import UserError, Verdict
 from tests.conftest import FIXTURES, REPO, TOY, CliRun, toy_solution
 from tests.records_factory import bench, record
 

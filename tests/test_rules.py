@@ -1,4 +1,4 @@
-"""harness/rules.py is the one list of rejection rules and row flags: the code raises no rule
+"""harness/verdicts.py is the one list of rejection rules and row flags: the code raises no rule
 that is not in it, every rule in it is raised where it says, and the docs' tables are its own."""
 
 from __future__ import annotations
@@ -8,10 +8,10 @@ from pathlib import Path
 
 import pytest
 
-from harness import rules
-from harness.errors import Verdict
+from harness import verdicts
 from harness.measure import anticheat, sandboxed
-from harness.run import plants, staging
+from harness.run import sandboxing
+from harness.verdicts import Verdict
 from tests.conftest import REPO
 
 HARNESS = REPO / "harness"
@@ -33,18 +33,17 @@ def test_every_rule_raised_is_declared_and_raised_where_declared() -> None:
     by_module = {
         str(path.relative_to(HARNESS)): raised_rules(path) for path in HARNESS.rglob("*.py")
     }
-    by_module["run/plants.py"] = {plants.REASON}
+    by_module["run/sandboxing.py"] = {sandboxing.REASON, f"sandbox_{sandboxing.MEMORY_RULE}"}
     by_module["measure/sandboxed.py"] = {f"sandbox_{rule}" for rule in sandboxed.RULES}
-    by_module["run/staging.py"] = {f"sandbox_{staging.MEMORY_RULE}"}
     raised = set().union(*by_module.values())
-    assert raised == set(rules.REJECTIONS)
-    for name, rule in rules.REJECTIONS.items():
+    assert raised == set(verdicts.REJECTIONS)
+    for name, rule in verdicts.REJECTIONS.items():
         places = rule.decided_in.split(", ")
         assert any(name in by_module[place] for place in places), (name, places)
 
 
 def test_every_flag_is_decided_in_a_module_that_exists() -> None:
-    for rule in rules.FLAGS.values():
+    for rule in verdicts.FLAGS.values():
         for place in rule.decided_in.split(", "):
             assert (HARNESS / place).is_file(), place
 
@@ -57,8 +56,8 @@ def test_a_rule_not_in_the_registry_is_refused() -> None:
 
 @pytest.mark.parametrize(
     ("page", "registry", "what"),
-    [("anticheat.md", rules.REJECTIONS, "rule"), ("results.md", rules.FLAGS, "flag")],
+    [("anticheat.md", verdicts.REJECTIONS, "rule"), ("results.md", verdicts.FLAGS, "flag")],
 )
 def test_the_docs_tables_are_the_registrys(page: str, registry: dict, what: str) -> None:
-    table = rules.markdown_table(registry, what)
+    table = verdicts.markdown_table(registry, what)
     assert table in (REPO / "docs" / page).read_text(), f"docs/{page} should hold:\n{table}"

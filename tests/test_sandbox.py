@@ -17,12 +17,12 @@ from pathlib import Path
 import pytest
 
 from harness import sandbox as sandbox_policy
-from harness.errors import UserError
 from harness.measure.worker import Job
 from harness.run import pool as local
-from harness.run import raypool, staging
+from harness.run import raypool, sandboxing
 from harness.run import sandboxing as sandbox
 from harness.settings import Limits, Places, Settings
+from harness.verdicts import UserError
 from tests.conftest import REPO, TOY, CliRun, toy_solution
 
 FIXTURES = REPO / "tests" / "fixtures" / "sandbox"
@@ -68,26 +68,26 @@ def test_a_cached_build_is_staged_only_while_its_modules_match_their_record(
     built = tmp_path / "built" / "ext"
     built.mkdir(parents=True)
     (built / "ext.so").write_bytes(b"module")
-    cache = staging.cache_folder(job)
+    cache = sandboxing.cache_folder(job)
     pool = local.LocalPool(["cpu"], 1)
     assert not pool.built(job)  # nothing in the cache: its build job builds it
-    staging.publish(built.parent, cache)
+    sandboxing.publish(built.parent, cache)
     assert not pool.built(job)  # without the sandbox the cache keeps no digests
     monkeypatch.setattr(sandbox, "active", object())
     assert pool.built(job)  # whole: its judge loads it, no build job is needed
-    assert json.loads((cache / staging.MANIFEST).read_text()) == staging._modules(cache)
+    assert json.loads((cache / sandboxing.MANIFEST).read_text()) == sandboxing._modules(cache)
     links = tmp_path / "links"
     scratch = tmp_path / "w1"
     scratch.mkdir()
-    staged = staging.stage(job, scratch, links)
+    staged = sandboxing.stage(job, scratch, links)
     assert (scratch / "build" / "ext" / "ext.so").read_bytes() == b"module"
     assert Path(staged.build_folder).resolve() == (scratch / "build").resolve()  # its link
     assert Path(staged.solution).read_text() == Path(job.solution).read_text()
-    staging.finish(job, scratch, staging.Judged("ok"))
+    sandboxing.finish(job, scratch, sandboxing.Judged("ok"))
     (cache / "ext" / "ext.so").write_bytes(b"planted")  # written behind the harness's back
     scratch = tmp_path / "w2"
     scratch.mkdir()
-    staging.stage(job, scratch, links)
+    sandboxing.stage(job, scratch, links)
     assert not (scratch / "build" / "ext").exists()  # not loaded: it builds afresh
     assert not pool.built(job)  # and it gets a build job
     monkeypatch.setattr(sandbox, "active", None)
@@ -101,16 +101,16 @@ def test_a_build_compiled_again_to_the_same_module_is_published_again(tmp_path: 
     built.mkdir(parents=True)
     (built / "ext.so").write_bytes(b"module")
     (built / ".ninja_log").write_text("# ninja log v5\n1\t2\t3\text.so\told-commands\n")
-    cache = staging.cache_folder(job)
-    staging.publish(built.parent, cache)
+    cache = sandboxing.cache_folder(job)
+    sandboxing.publish(built.parent, cache)
     scratch = tmp_path / "w1"
     scratch.mkdir()
-    staging.stage(job, scratch, tmp_path / "links")
+    sandboxing.stage(job, scratch, tmp_path / "links")
     ran = "# ninja log v5\n4\t5\t6\text.so\tnew-commands\n"  # compiled again: other commands
     (scratch / "build" / "ext" / ".ninja_log").write_text(ran)
-    staging.finish(job, scratch, staging.Judged("ok"))
+    sandboxing.finish(job, scratch, sandboxing.Judged("ok"))
     assert (cache / "ext" / ".ninja_log").read_text() == ran  # the next job finds it up to date
-    assert staging.intact(cache)
+    assert sandboxing.intact(cache)
 
 
 @needs_sandbox
@@ -272,12 +272,12 @@ def test_every_job_of_a_solution_sees_its_files_and_build_under_the_same_names(
     for attempt in range(2):
         scratch = tmp_path / f"w{attempt}"
         scratch.mkdir()
-        staged = staging.stage(job, scratch, tmp_path / "links")
+        staged = sandboxing.stage(job, scratch, tmp_path / "links")
         solution = Path(staged.solution)
         assert solution.resolve() == (scratch / "solution" / "good.py").resolve()
         assert Path(staged.build_folder).resolve() == (scratch / "build").resolve()
         seen.append((staged.solution, staged.build_folder))
-        staging.finish(job, scratch, staging.Judged("ok"))
+        sandboxing.finish(job, scratch, sandboxing.Judged("ok"))
     assert seen[0] == seen[1] and str(tmp_path / "links") in seen[0][0]
 
 

@@ -16,10 +16,8 @@ from typing import Any
 
 import pytest
 
-from harness import status
-from harness.errors import HarnessError
-from harness.measure.events import Tick
-from harness.measure.judged import Judged
+from harness import verdicts
+from harness.measure.messages import Judged, Tick
 from harness.measure.worker import Job
 from harness.record import Build, Machine, read
 from harness.run import resume, scheduler
@@ -28,6 +26,7 @@ from harness.run.reporting import Report
 from harness.run.scheduler import Scheduler
 from harness.run.session import Session
 from harness.settings import Checking, Places, Settings
+from harness.verdicts import HarnessError
 from tests.conftest import TOY, toy_solution
 
 MACHINE = Machine(device="cuda:0", gpu="Stand-in GPU", torch="2.x", cuda="13.0")
@@ -57,7 +56,7 @@ class FakeSlot:
         stem = Path(job.solution).stem
         self.judged.append(stem)
         where = dataclasses.replace(MACHINE, device=self.name)
-        return dataclasses.replace(self.verdicts.get(stem, verdict(status.OK)), machine=where)
+        return dataclasses.replace(self.verdicts.get(stem, verdict(verdicts.OK)), machine=where)
 
 
 class FakePool:
@@ -87,7 +86,7 @@ class FakePool:
         stem = Path(job.solution).stem
         self.started.append(stem)
         future: Future[Judged] = Future()
-        result = self.builds.get(stem, verdict(status.OK))
+        result = self.builds.get(stem, verdict(verdicts.OK))
 
         def finish() -> None:
             time.sleep(self.delays.get(stem, 0.0))
@@ -165,9 +164,11 @@ def test_a_timed_run_judges_during_its_builds_only_where_the_pool_holds_them(
 
 
 def test_a_compile_error_stands_without_a_judge_and_order_is_kept(tmp_path: Path) -> None:
-    builds = {"raises": verdict(status.COMPILE_ERROR, "main.cu:3: error: boom")}
+    builds = {"raises": verdict(verdicts.COMPILE_ERROR, "main.cu:3: error: boom")}
     delays = {"good": 0.3}  # built last, judged first: in order
-    pool = FakePool(builds=builds, delays=delays, judged={"wrong_scale": verdict(status.INCORRECT)})
+    pool = FakePool(
+        builds=builds, delays=delays, judged={"wrong_scale": verdict(verdicts.INCORRECT)}
+    )
     session = session_on(tmp_path)
     outcome = Scheduler(session, pool, Report()).run(toy_work(*NAMES))
     assert sorted(pool.started) == sorted(NAMES)  # every build started
@@ -177,10 +178,10 @@ def test_a_compile_error_stands_without_a_judge_and_order_is_kept(tmp_path: Path
     assert pool.slots[0].more == [3, 2, 0]
     records = outcome[0].records
     assert [(r.solution, r.status) for r in records] == [
-        ("good", status.OK),
-        ("wrong_scale", status.INCORRECT),
-        ("raises", status.COMPILE_ERROR),
-        ("returns_list", status.OK),
+        ("good", verdicts.OK),
+        ("wrong_scale", verdicts.INCORRECT),
+        ("raises", verdicts.COMPILE_ERROR),
+        ("returns_list", verdicts.OK),
     ]
     assert [r.solution for r in read(session.folder)] == list(NAMES)  # appended in order
 
@@ -188,7 +189,7 @@ def test_a_compile_error_stands_without_a_judge_and_order_is_kept(tmp_path: Path
 def test_a_failed_import_on_a_gpu_run_is_judged_again_but_not_on_a_cpu_run(
     tmp_path: Path,
 ) -> None:
-    builds = {"raises": verdict(status.LOAD_ERROR, "importing it raised RuntimeError")}
+    builds = {"raises": verdict(verdicts.LOAD_ERROR, "importing it raised RuntimeError")}
     gpu = FakePool(builds=builds)
     Scheduler(session_on(tmp_path / "gpu"), gpu, Report()).run(toy_work("raises"))
     assert gpu.judged() == ["raises"]  # the build saw no GPU: the judge decides
@@ -196,7 +197,7 @@ def test_a_failed_import_on_a_gpu_run_is_judged_again_but_not_on_a_cpu_run(
     session = session_on(tmp_path / "cpu", device="cpu", check_only=True)
     Scheduler(session, cpu, Report()).run(toy_work("raises"))
     assert cpu.judged() == []
-    assert [r.status for r in read(session.folder)] == [status.LOAD_ERROR]
+    assert [r.status for r in read(session.folder)] == [verdicts.LOAD_ERROR]
 
 
 def test_two_slots_judge_at_once_and_record_each_solution_once(tmp_path: Path) -> None:
@@ -210,7 +211,7 @@ def test_two_slots_judge_at_once_and_record_each_solution_once(tmp_path: Path) -
 
 
 def test_a_harness_failure_stops_the_run_and_keeps_what_was_recorded(tmp_path: Path) -> None:
-    failing = verdict(status.RUNTIME_ERROR, "harness error: disk full", harness_error=True)
+    failing = verdict(verdicts.RUNTIME_ERROR, "harness error: disk full", harness_error=True)
     pool = FakePool(judged={"raises": failing})
     session = session_on(tmp_path)
     with pytest.raises(HarnessError, match="disk full"):
@@ -254,10 +255,10 @@ def test_build_only_builds_every_solution_at_once_and_judges_and_records_nothing
 
     built = (Build("ext", cuda=True),)
     builds = {
-        "good": verdict(status.OK, builds=built),
-        "raises": verdict(status.COMPILE_ERROR, "main.cu:3: error: boom"),
-        "wrong_scale": verdict(status.NO_GPU, "not run: no CUDA device", builds=built),
-        "returns_list": verdict(status.NO_GPU, "CUDA, not compiled", builds=()),
+        "good": verdict(verdicts.OK, builds=built),
+        "raises": verdict(verdicts.COMPILE_ERROR, "main.cu:3: error: boom"),
+        "wrong_scale": verdict(verdicts.NO_GPU, "not run: no CUDA device", builds=built),
+        "returns_list": verdict(verdicts.NO_GPU, "CUDA, not compiled", builds=()),
     }
     pool = FakePool(builds=builds, delays={"good": 0.2})
     places = Places(tmp_path / "results", tmp_path / "builds", tmp_path / "logs")

@@ -11,12 +11,12 @@ import pytest
 import torch
 
 import run
-from harness import codec, settings, status
-from harness.errors import Verdict
+from harness import codec, settings, verdicts
 from harness.loading import load_problem
 from harness.matching import Tolerance, tolerance
 from harness.measure import audit, benchmarking
 from harness.settings import Checking, Settings, StopRule, Timing
+from harness.verdicts import Verdict
 from tests.conftest import TOY
 
 CPU = torch.device("cpu")
@@ -171,7 +171,7 @@ def test_a_case_tolerance_and_the_command_line_reach_the_spot_checks(toy) -> Non
     bench = toy.benchmarks[0]
     with pytest.raises(Verdict) as caught:
         spot_check(toy, bench, Tolerance())  # float32's default, 1e-4, is too tight
-    assert caught.value.status == status.INCORRECT
+    assert caught.value.status == verdicts.INCORRECT
     assert "tolerance atol=0.0001" in caught.value.detail
     spot_check(toy, replace(bench, atol=1e-2), Tolerance())  # the case's own tolerance
     spot_check(toy, bench, Tolerance(atol=1e-2))  # --atol

@@ -16,9 +16,9 @@ from pathlib import Path
 import pytest
 
 import run
-from harness.errors import UserError
 from harness.run.discovery import sweep_sources
 from harness.run.driving import sweep_summary
+from harness.verdicts import UserError
 from tests.conftest import FIXTURES, REPO, toy_solution
 from tests.records_factory import bench, record
 

@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 import run
-from harness import status
+from harness import verdicts
 from harness.loading import import_file, reference_namespace
 from tests.conftest import FIXTURES
 
@@ -36,7 +36,7 @@ def test_a_weak_problem_is_judged_ok_and_its_weakness_named_on_record_and_row(
     out = capsys.readouterr()
     assert code == run.EXIT_OK, out.err
     record = cli.record(solution.stem)
-    assert record["status"] == status.OK and record["benchmarks"]
+    assert record["status"] == verdicts.OK and record["benchmarks"]
     assert [w["check"] for w in record["weaknesses"]] == [check]
     assert f"weak problem ({check})" in out.err  # said on the console as the problem starts
     (table,) = (cli.root / "results").glob(f"*/{problem.stem}.md")
@@ -57,7 +57,7 @@ def test_strict_audit_refuses_a_weak_problem_in_one_line_and_a_sweep_records_it(
     code = cli("--problems", str(WEAK), "--solutions", str(SOLUTIONS), "--strict-audit")
     assert code == run.EXIT_INPUT
     record = cli.record(solution.stem)
-    assert record["status"] == status.PROBLEM_ERROR
+    assert record["status"] == verdicts.PROBLEM_ERROR
     assert record["detail"].startswith("not judged: problem '2_tiny_scale' fails its audit")
 
 
@@ -79,11 +79,11 @@ def test_a_sweep_accounts_for_every_problem_and_solution_it_was_given(
     assert waited is not None, out
     judging, own, idle = (int(n) for n in waited.groups())
     assert own <= judging and abs(idle - (judging - own)) <= 1
-    verdicts = {r["problem"]: r["status"] for r in cli.records()}
-    assert verdicts == {
-        "1_saturated_sigmoid": status.OK,
-        "2_tiny_scale": status.OK,
-        "4_broken_reference": status.PROBLEM_ERROR,
+    statuses = {r["problem"]: r["status"] for r in cli.records()}
+    assert statuses == {
+        "1_saturated_sigmoid": verdicts.OK,
+        "2_tiny_scale": verdicts.OK,
+        "4_broken_reference": verdicts.PROBLEM_ERROR,
     }
     (summary,) = (cli.root / "results").glob("*/summary.md")
     text = summary.read_text()

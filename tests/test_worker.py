@@ -8,8 +8,7 @@ import torch
 from torch.utils import cpp_extension
 
 from harness.measure import worker
-from harness.measure.events import Event, Phase
-from harness.measure.judged import Judged
+from harness.measure.messages import Event, Judged, Phase
 from harness.settings import Checking, Places, Settings, StopRule, Timing
 from tests.conftest import TOY, toy_solution
 

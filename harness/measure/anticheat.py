@@ -20,21 +20,35 @@ A broken rule ends the job with status "rejected" and the rule's name as the rea
 Freed memory is poisoned (every byte 0xFF: NaN for floats, -1 for integers) before each call, so
 a solution that returns memory it never wrote gets NaN, not a result some earlier computation
 left behind; `poison_note` names it in the mismatch report.
+
+Notice a solution that replaces what the harness measures or judges with.
+
+Before the solution is imported, the worker records the identity of every clock, CUDA timing
+and synchronisation function, every comparison function of torch, and every function and class
+of the harness's own modules. After the import, after the checks and after the timing, each must
+still be the same object: a solution that swaps `torch.cuda.Event`, `torch.cuda.synchronize`,
+`time.perf_counter`, `torch.allclose` or `harness.matching.mismatch` is rejected with reason
+"timer_replaced" (or "harness_replaced"), naming what it replaced.
+
+Attributes a module gains later are not checked (torch adds lazily imported submodules); only
+replacements of what was there are.
 """
 
 from __future__ import annotations
 
+import sys
 import threading
+import time
 from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
 import torch
 
-from harness import rules, status
+from harness import verdicts
 from harness.blocks import blocks
-from harness.errors import Verdict
 from harness.matching import EXACT, mismatch
+from harness.verdicts import Verdict
 
 POISON_BYTE = 0xFF
 JOIN_S = 2.0  # how long to wait for threads a call left running
@@ -43,10 +57,10 @@ FINGERPRINT_CHUNK = 1 << 24  # elements squared at a time, so the temporaries st
 
 
 def reject(reason: str, detail: str) -> Verdict:
-    """The `rejected` verdict of rule `reason` (one of harness.rules.REJECTIONS)."""
-    if reason not in rules.REJECTIONS:
-        raise ValueError(f"{reason!r} is not a rule of harness.rules.REJECTIONS")
-    return Verdict(status.REJECTED, f"{detail} [rule: {reason}]", reason)
+    """The `rejected` verdict of rule `reason` (one of harness.verdicts.REJECTIONS)."""
+    if reason not in verdicts.REJECTIONS:
+        raise ValueError(f"{reason!r} is not a rule of harness.verdicts.REJECTIONS")
+    return Verdict(verdicts.REJECTED, f"{detail} [rule: {reason}]", reason)
 
 
 def tensors_in(value: Any) -> list[torch.Tensor]:
@@ -212,7 +226,7 @@ def check_call(call: Call, pristine: list[Any], reference_inputs: list[Any], lab
                 )
         elif report := mismatch(by_reference, given):
             raise Verdict(
-                status.INCORRECT,
+                verdicts.INCORRECT,
                 f"{label}: input {index} after the call differs from the reference's: {report}",
             )
 
@@ -304,3 +318,84 @@ def require_unchanged(values: Any, before: tuple[int, ...], what: str, label: st
             f"{label}: {what} changed during the call; a solution must not touch the "
             "harness's tensors (found through gc or its callers' frames, say)",
         )
+
+
+# (object holding the attribute, its name for messages, the attributes to watch)
+TIMERS: tuple[tuple[Any, str, tuple[str, ...]], ...] = (
+    (time, "time", ("perf_counter", "perf_counter_ns", "monotonic", "monotonic_ns", "time")),
+    (
+        torch.cuda,
+        "torch.cuda",
+        (
+            "Event",
+            "synchronize",
+            "current_stream",
+            "set_stream",
+            "Stream",
+            "_sleep",
+            "graph",
+            "CUDAGraph",
+        ),
+    ),
+    (torch.cuda.Event, "torch.cuda.Event", ("record", "elapsed_time", "synchronize", "query")),
+    (torch.cuda.CUDAGraph, "torch.cuda.CUDAGraph", ("replay", "capture_begin", "capture_end")),
+    (torch.cuda.Stream, "torch.cuda.Stream", ("synchronize", "wait_stream", "record_event")),
+    (
+        torch,
+        "torch",
+        ("isclose", "allclose", "equal", "isnan", "isfinite", "no_grad"),
+    ),
+    (
+        torch.Tensor,
+        "torch.Tensor",
+        ("clone", "copy_", "to", "cpu", "detach", "view", "any", "all", "sum", "item", "__eq__"),
+    ),
+)
+HARNESS_PREFIX = "harness"
+
+
+class Snapshot:
+    """The identities of the watched attributes at one moment."""
+
+    def __init__(self) -> None:
+        self.timers = {
+            f"{label}.{name}": (holder, name, _current(holder, name))
+            for holder, label, names in TIMERS
+            for name in names
+            if hasattr(holder, name)
+        }
+        self.harness = {
+            f"{module_name}.{name}": (module, name, value)
+            for module_name, module in _harness_modules()
+            for name, value in vars(module).items()
+            if callable(value) and not name.startswith("__")
+        }
+
+    def verify(self, when: str) -> None:
+        """Raise a rejection naming the first watched attribute that was replaced."""
+        for shown, (holder, name, original) in self.timers.items():
+            if _current(holder, name) is not original:
+                raise reject(
+                    "timer_replaced",
+                    f"{shown} was replaced ({when}); a solution must not touch the "
+                    "clocks, timers or comparisons the harness uses",
+                )
+        for shown, (module, name, original) in self.harness.items():
+            if vars(module).get(name) is not original:
+                raise reject(
+                    "harness_replaced",
+                    f"{shown} was replaced ({when}): the harness is not the solution's to change",
+                )
+
+
+def _current(holder: Any, name: str) -> Any:
+    # A class's own __dict__ entry, so a bound method's fresh wrapper object does not count.
+    return vars(holder).get(name) if isinstance(holder, type) else getattr(holder, name, None)
+
+
+def _harness_modules() -> list[tuple[str, Any]]:
+    return [
+        (name, module)
+        for name, module in sorted(sys.modules.items())
+        if module is not None and (name == HARNESS_PREFIX or name.startswith(HARNESS_PREFIX + "."))
+    ]

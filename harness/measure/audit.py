@@ -42,7 +42,7 @@ from harness.matching import (
     mismatch,
     tolerance,
 )
-from harness.measure import anticheat, modes
+from harness.measure import anticheat, checking
 from harness.measure.checking import call, describe_error
 from harness.measure.trivial import (
     constant,
@@ -218,7 +218,7 @@ def run_case(
             del inputs
             runs.append(observe(output, first, same_inputs, allowed))
             del output
-    return CaseRun(first, runs, shapes, rerun_report, random_report, modes.random_modules(model))
+    return CaseRun(first, runs, shapes, rerun_report, random_report, checking.random_modules(model))
 
 
 def inputs_signature(inputs: list[Any]) -> tuple[Any, ...]:

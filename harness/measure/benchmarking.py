@@ -11,7 +11,7 @@ keeps both sides' raw samples, the paired speedup with its 95% interval, why sam
 the launch floor, the bytes and FLOPs the problem must move and compute, and the GPU's clock
 and temperature over the samples.
 
-On the GPU each row also holds per-call times (harness.measure.percall): every call timed again
+On the GPU each row also holds per-call times (harness.measure.benchmarking): every call timed again
 from an idle device, its host time included, what a caller that waits for each result pays,
 with its own speedup; where the two speedups part by more than 10%, the row names the
 host-bound side. Under `--as kernelbench` the device times are KernelBench's
@@ -21,6 +21,27 @@ and the speedup is the ratio of the means.
 CUDA-graph mode (`graph=True`) captures K calls on K different input sets into one graph and
 times replays; K is chosen so that the input sets together exceed twice the L2, so each call
 still starts with its inputs out of cache, and launch overhead is gone from the figure.
+
+Per-call times: each call timed from an idle device, its host time included.
+
+The harness's device time hides the host: a sleep kernel keeps the GPU busy while a call is
+launched (harness.measure.timing.CudaTimer), so the figure is the kernels' own. A caller that
+waits for each result pays the launches too, and a multi-kernel eager reference can spend more
+time launching than computing. So every GPU row is timed a second way: the same L2 flush, then
+an untimed call on other inputs (`warm_call`: the host's caches then hold the call's code, as
+in a loop of calls; amid the harness's own work between calls, a call timed by the host's
+clock takes longer: CudaTimer, docs/timing.md), a synchronize, so the device is idle when
+the start event is recorded, then the call; the events then span the call's launches and its
+kernels. Both sides are sampled side by side under `per_call_rule` (looser than the device
+time's: this is the second figure of a row), and the paired speedup is compared with the
+device one: where they part by more than HOST_BOUND_GAP, the row names the side whose host
+time shows (`host_bound`).
+
+The zero-argument calls the timer samples, one per side: each model fed fresh inputs from
+its own copies of a few input sets (harness.measure.feeding), or, in CUDA-graph mode, a graph
+replaying K calls on K input sets, K chosen so that the sets together exceed twice the L2 and
+each call still starts with its inputs out of cache. With a backward `step`
+(harness.measure.passes), each set is led by its upstream gradients and each call is that pass.
 """
 
 from __future__ import annotations
@@ -28,17 +49,17 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import functools
+import math
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import torch
 
-from harness import stats, status
+from harness import stats, verdicts
 from harness.inputs import Seeds, make_inputs, replicate_all
 from harness.loading import Case, Problem
-from harness.measure import calls as calls_
 from harness.measure import (
     checking,
     feeding,
@@ -46,7 +67,6 @@ from harness.measure import (
     gradients,
     kernelbench,
     passes,
-    percall,
     roofline,
     timing,
 )
@@ -55,14 +75,15 @@ from harness.measure.checking import (
     Verdict,
     build_models,
     check_once,
+    describe_error,
     guard,
 )
 from harness.measure.seen import check_seen
-from harness.measurement import Measurement, PerCall
+from harness.measure.timing import Call, L2Flush, prepare_call, warm_call
 from harness.parts import part
 from harness.record import BenchRow, GpuState
-from harness.settings import Settings
-from harness.stats import Interval
+from harness.settings import Settings, StopRule
+from harness.stats import Interval, Measurement, PerCall
 
 LAUNCH_BOUND_FACTOR = 3.0  # a median under this many floors is mostly launch cost
 FINAL_CHECKS = 2  # timed-path calls checked after sampling, whatever the dice said
@@ -111,10 +132,10 @@ def time_benchmarks(
         on_case(bench.name)
         seed = seeds.benchmark(index)
         models = build_models(problem, model_new, bench, seed, device)
-        inputs = guard(status.PROBLEM_ERROR, "get_inputs", make_inputs, bench, seed, device)
+        inputs = guard(verdicts.PROBLEM_ERROR, "get_inputs", make_inputs, bench, seed, device)
         verdict = check_once(problem, bench, models, inputs, device, settings.checking, seed)
         if verdict:
-            raise Verdict(status.INCORRECT, f"benchmark {bench.name!r}: {verdict}")
+            raise Verdict(verdicts.INCORRECT, f"benchmark {bench.name!r}: {verdict}")
         with torch.no_grad():
             output = models[0](*replicate_all(inputs, device))
         bytes_, flops = roofline.counts(problem, inputs, output)
@@ -149,7 +170,7 @@ def _pass_rows(
     with part("gradients"):
         verdict = gradients.check(problem, bench, models, inputs, device, tolerance_, seed)
     if verdict:
-        raise Verdict(status.INCORRECT, f"benchmark {bench.name!r}: {verdict}")
+        raise Verdict(verdicts.INCORRECT, f"benchmark {bench.name!r}: {verdict}")
     params = gradients.comparable_params(*models)
     by = passes.described(passes.backward_by(models[1], replicate_all(inputs, device)))
     rows = []
@@ -237,7 +258,7 @@ def sample(
     replays). With a `checker`, the solution's timed calls are spot checked and its work
     cross-checked with a wall clock (the Fed part, else None). With a `step`, each call is
     that backward pass of its model, on upstream gradients and inputs (harness.measure.passes)."""
-    made = calls_.make_calls(models, (bench, seed), inputs, device, settings, checker, step)
+    made = make_calls(models, (bench, seed), inputs, device, settings, checker, step)
     calls, per_call, note = made
     probe = gpustate.open_probe(device) if device.type == "cuda" else None
     if per_call > 1:
@@ -251,11 +272,11 @@ def sample(
         if as_kernelbench:
             trials = settings.checking.kernelbench_trials
             sample = functools.partial(kernelbench.sample, trials=trials)
-            sampled = guard(status.RUNTIME_ERROR, "timing", sample, calls, device)
+            sampled = guard(verdicts.RUNTIME_ERROR, "timing", sample, calls, device)
         else:
             rule = settings.timing.rule
             sampled = guard(
-                status.RUNTIME_ERROR,
+                verdicts.RUNTIME_ERROR,
                 "timing",
                 timing.sample,
                 calls,
@@ -294,7 +315,7 @@ def _fed(
     per_call, host_bound = None, None
     if on_gpu:
         with part("per_call"):
-            per_call, host_bound = percall.measure(calls, device, settings, sampled.speedup.value)
+            per_call, host_bound = time_per_call(calls, device, settings, sampled.speedup.value)
     with part("spot_check"):
         spot_checks = _final_checks(solution, checker)
     timed = sampled.sides["solution"]
@@ -333,3 +354,167 @@ def describe_inputs(inputs: list[Any]) -> list[str]:
         else:
             described.append(repr(value))
     return described
+
+
+HOST_BOUND_GAP = 0.10  # per-call and device speedups further apart than this: one side's host
+PER_CALL_MAX_SAMPLES = 400
+PER_CALL_RSE = 0.01
+
+
+class PerCallTimer:
+    """CUDA events around each call from an idle device, host time included (module doc)."""
+
+    method = "per_call"
+
+    def __init__(self, device: torch.device, flush: str | None = "read") -> None:
+        self.flush = L2Flush(device, flush)
+        self.device = device
+
+    def run(self, calls: Sequence[Call]) -> list[float]:
+        timed = []
+        for call in calls:
+            prepare_call(call)
+            self.flush()
+            warm_call(call)  # host caches as a loop of calls leaves them (CudaTimer's doc)
+            torch.cuda.synchronize(self.device)  # idle: the call's launches are not hidden
+            start = torch.cuda.Event(enable_timing=True)
+            end = torch.cuda.Event(enable_timing=True)
+            start.record()
+            call()
+            end.record()
+            timed.append((start, end))
+        torch.cuda.synchronize(self.device)
+        return [start.elapsed_time(end) * 1e3 for start, end in timed]
+
+
+def per_call_rule(rule: StopRule) -> StopRule:
+    """The rule the per-call times are sampled under: the device time's, with at most a
+    quarter of its budget and PER_CALL_MAX_SAMPLES rounds, and a target of PER_CALL_RSE at
+    least (host time is noisier than device time, and this figure is the second one)."""
+    return StopRule(
+        warmup_ms=min(rule.warmup_ms, 20.0),
+        min_samples=min(rule.min_samples, PER_CALL_MAX_SAMPLES),
+        max_samples=min(rule.max_samples, PER_CALL_MAX_SAMPLES),
+        target_rse=max(rule.target_rse, PER_CALL_RSE),
+        budget_ms=rule.budget_ms / 4,
+    )
+
+
+def time_per_call(
+    calls: dict[str, Any], device: torch.device, settings: Settings, device_speedup: float
+) -> tuple[PerCall, str | None]:
+    """The row's per-call times: each call timed from an idle device, host included
+    (PerCallTimer), side by side under per_call_rule, with their speedup; and which side is
+    host-bound where the two speedups part by more than HOST_BOUND_GAP (else None)."""
+    timer = PerCallTimer(device, settings.timing.flush)
+    rule = per_call_rule(settings.timing.rule)
+    with torch.no_grad():
+        sampled = guard(
+            verdicts.RUNTIME_ERROR, "per-call timing", timing.sample, calls, timer, rule
+        )
+    reference, solution = sampled.measurements["reference"], sampled.measurements["solution"]
+    speedup = stats.paired_ratio(reference.times_us, solution.times_us)
+    return PerCall(reference, solution, speedup), host_bound(device_speedup, speedup.value)
+
+
+def host_bound(device_speedup: float, per_call_speedup: float) -> str | None:
+    """Which side's host time the per-call speedup shows, where it parts from the device
+    speedup by more than HOST_BOUND_GAP: "reference" when it is higher (the reference's calls
+    cost more than its kernels), "solution" when it is lower, else None."""
+    ratio = per_call_speedup / device_speedup
+    if ratio > 1 + HOST_BOUND_GAP:
+        return "reference"
+    if ratio < 1 - HOST_BOUND_GAP:
+        return "solution"
+    return None
+
+
+MAX_GRAPH_SETS = 256
+FEED_BYTES = 1 << 30  # input sets per side for the timed calls: at most this many bytes ...
+FEED_SETS = (2, 4)  # ... and between this many sets
+
+
+def make_calls(
+    models: dict[str, Any],
+    drawn: tuple[Case, int],
+    inputs: list[Any],
+    device: torch.device,
+    settings: Settings,
+    checker: feeding.SpotChecker | None = None,
+    step: passes.Pass | None = None,
+) -> tuple[dict[str, Callable[[], object]], int, str | None]:
+    """The zero-argument calls to time, how many model calls each makes, and a note."""
+    if settings.timing.mode(device.type) == "cuda_graph":
+        try:
+            sets = input_sets(drawn, inputs, device, _graph_count(inputs, device), step)
+            replays = {name: _graphed(model, sets, device, step) for name, model in models.items()}
+            return replays, len(sets), None
+        except Exception as err:  # not capturable: time it call by call, and say so
+            torch.cuda.synchronize(device)
+            note = f"CUDA graph capture failed ({describe_error(err)}); timed call by call"
+            return _fed_sides(models, drawn, inputs, device, checker, step), 1, note
+    return _fed_sides(models, drawn, inputs, device, checker, step), 1, None
+
+
+def _fed_sides(
+    models: dict[str, Any],
+    drawn: tuple[Case, int],
+    inputs: list[Any],
+    device: torch.device,
+    checker: feeding.SpotChecker | None,
+    step: passes.Pass | None,
+) -> dict[str, Callable[[], object]]:
+    """Each model fed from its own copies of the same input sets (harness.feeding); the
+    solution's calls spot-checked by `checker`."""
+    each = max(roofline.tensor_bytes(inputs), 1)
+    count = min(FEED_SETS[1], max(FEED_SETS[0], FEED_BYTES // each))
+    sets = input_sets(drawn, inputs, device, count, step)
+    fed: dict[str, Callable[[], object]] = {}
+    for name, model in models.items():
+        own = [replicate_all(s, device) for s in sets]
+        call = step.wrap(model, own) if step else model
+        fed[name] = feeding.Feed(call, own, checker if name == "solution" else None)
+    return fed
+
+
+def _graph_count(inputs: list[Any], device: torch.device) -> int:
+    """Enough input sets that together they exceed twice the L2 (at least 2, at most 256)."""
+    l2 = torch.cuda.get_device_properties(device).L2_cache_size
+    each = max(roofline.tensor_bytes(inputs), 1)
+    return min(MAX_GRAPH_SETS, max(2, math.ceil(2 * l2 / each)))
+
+
+def input_sets(
+    drawn: tuple[Case, int],
+    inputs: list[Any],
+    device: torch.device,
+    count: int,
+    step: passes.Pass | None = None,
+) -> list[list[Any]]:
+    """`inputs` and `count - 1` more sets, drawn from the seeds after the benchmark's; with a
+    `step`, each led by its upstream gradients."""
+    bench, seed = drawn
+    sets = [inputs] + [
+        guard(verdicts.PROBLEM_ERROR, "get_inputs", make_inputs, bench, seed + k, device)
+        for k in range(1, count)
+    ]
+    return [step.extend(s, seed + k) for k, s in enumerate(sets)] if step else sets
+
+
+def _graphed(
+    model: Any, sets: list[list[Any]], device: torch.device, step: passes.Pass | None = None
+) -> Callable[[], object]:
+    """A replay of one CUDA graph calling `model` (or its `step`) once on each input set."""
+    own = [replicate_all(inputs, device) for inputs in sets]
+    model = step.wrap(model, own) if step else model
+    side = torch.cuda.Stream(device)
+    side.wait_stream(torch.cuda.current_stream(device))
+    with torch.cuda.stream(side), torch.no_grad():
+        for inputs in own[:2]:  # warm up off the capture, as torch's graph docs ask
+            model(*inputs)
+    torch.cuda.current_stream(device).wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph), torch.no_grad():
+        for inputs in own:
+            model(*inputs)
+    return graph.replay

@@ -5,21 +5,51 @@ both so the harness knows which extensions were built, whether they hold CUDA co
 each took, whether it was only loaded from the build cache (its module file was there before and
 was left untouched), and whether a failure happened inside a build (a compile error) or
 elsewhere.
+
+Point a compiler error in a generated source file back at the solution's own .py.
+
+load_inline writes the source strings of a solution into `main.cpp` and `cuda.cu` of its build
+folder, with lines of its own added (includes, bindings), and the compiler's errors name those
+files. The line the compiler names is looked up, by its text, in the solution's .py file; where
+the text occurs more than once, the lines around it decide, and where they cannot, nothing is
+said rather than a wrong line.
+
+A lighter PyTorch header for a build's CUDA units, with the source as written to fall back on.
+
+LLM-written CUDA sources almost always `#include <torch/extension.h>`: all of PyTorch's C++
+frontend and pybind11, which nvcc parses twice (device and host) and which takes most of a
+build's minute. Their CUDA code needs `<torch/types.h>` (ATen, the tensor factories, the
+`torch::` names), which `<torch/extension.h>` includes itself, through `<torch/all.h>`.
+
+So each CUDA unit that `load_inline` wrote into its build folder and that includes
+`<torch/extension.h>` compiles from a copy beside it, `<stem>.light.cu`, where that include
+reads `<torch/types.h>` and nothing else differs: a `#line` directive keeps the compiler's
+file names and line numbers those of the unit as written. A unit that uses what only the full
+header declares (pybind11, `torch::nn`) fails to compile that way; the build then compiles the
+unit as written, and remembers it (`<stem>.cu.as-written`, holding the unit's digest), so a
+later load of the same source neither tries again nor rebuilds. The one way the two could
+compile differently is an overload declared only in the full header that C++ would prefer for
+a call: the light copy would call the other one (docs/problems.md). The worker's log says
+which unit compiled from what, and each build's record holds it (`Build.cuda_header`).
+
+HARNESS_LIGHT_HEADER=0 compiles every unit as written.
 """
 
 from __future__ import annotations
 
+import hashlib
 import inspect
 import os
 import re
+import subprocess
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from harness.measure import cuda_header, pch, sourcemap
-from harness.measure.events import BuildEnd, BuildStart
+from harness.measure import pch
+from harness.measure.messages import BuildEnd, BuildStart
 
 Notify = Callable[[BuildStart | BuildEnd], None]
 
@@ -35,7 +65,7 @@ class Build:
     seconds: float | None = None
     cached: bool = False  # loaded from the build cache: nothing was compiled
     hint: str | None = None  # how it could build faster (slow_header)
-    # what its CUDA units read for <torch/extension.h> (harness.measure.cuda_header)
+    # what its CUDA units read for <torch/extension.h> (harness.measure.builds)
     cuda_header: str | None = None
 
     def describe(self) -> str:
@@ -75,7 +105,7 @@ class BuildWatcher:
 
         for name in ("load_inline", "load"):
             setattr(cpp_extension, name, self._wrap(getattr(cpp_extension, name), name))
-        cuda_header.install()  # before the precompiled header's wrapper, which runs around it
+        install()  # before the precompiled header's wrapper, which runs around it
         if self.cache is not None:
             pch.install(self.cache)
 
@@ -94,13 +124,13 @@ class BuildWatcher:
             self.notify(BuildStart(current.name, current.cuda, found=bool(modules)))
             self.log_offset = self.log.stat().st_size if self.log and self.log.exists() else 0
             start = time.perf_counter()
-            cuda_header.take()  # what an earlier, failed build left in the tally
+            take()  # what an earlier, failed build left in the tally
             result = original(*bound.args, **bound.kwargs)
             current.seconds = time.perf_counter() - start
             current.cached = bool(modules) and _modules(bound.arguments) == modules
             self.builds.append(current)
             self.current = None
-            current.cuda_header = cuda_header.take()
+            current.cuda_header = take()
             if not (current.cached or current.cuda_header):  # the light header was not tried
                 current.hint = slow_header(kind, bound.arguments)
             self.notify(BuildEnd(current.name, current.seconds, current.cached, current.hint))
@@ -116,8 +146,8 @@ class BuildWatcher:
         if self.log and self.log.exists():
             with open(self.log, "rb") as handle:
                 handle.seek(self.log_offset)
-                text = cuda_header.first_error_text(handle.read().decode(errors="replace"))
-        return _short(sourcemap.annotate(_first_error(f"{text}\n{err}"), solution))
+                text = first_error_text(handle.read().decode(errors="replace"))
+        return _short(annotate(_first_error(f"{text}\n{err}"), solution))
 
 
 def _modules(arguments: dict[str, Any]) -> dict[Path, int]:
@@ -186,3 +216,183 @@ def _first_error(text: str) -> str:
 
 def _short(line: str) -> str:
     return re.sub(r"^/\S*/", "", line)  # '/long/build/dir/main.cpp:3:5: error' -> 'main.cpp:...'
+
+
+# 'path/main.cpp:12:5: error: ...' (gcc, clang) and 'path/cuda.cu(12): error: ...' (nvcc).
+_LOCATION = re.compile(
+    r"^(?P<path>\S+?\.(?:cpp|cu|cuh|cc|cxx|h|hpp))(?::(?P<gcc>\d+)(?::\d+)?|\((?P<nvcc>\d+)\))"
+)
+CONTEXT = 6  # lines on each side compared when the failing line's text occurs more than once
+
+
+def annotate(error: str, solution: Path | None) -> str:
+    """`error` (a compiler's line, its path whole) with the solution's line added after its
+    location, e.g. 'main.cpp:4:41 (solution.py line 8): error: ...', where it can be found."""
+    found = _LOCATION.match(error)
+    if found is None or solution is None:
+        return error
+    generated = Path(found["path"])
+    line = int(found["gcc"] or found["nvcc"])
+    where = solution_line(generated, line, solution)
+    if where is None:
+        return error
+    end = found.end()
+    return f"{error[:end]} ({solution.name} line {where}){error[end:]}"
+
+
+def solution_line(generated: Path, line: int, solution: Path) -> int | None:
+    """The line (from 1) of `solution` holding line `line` of the `generated` file, or None."""
+    try:
+        produced = generated.read_text(errors="replace").splitlines()
+        written = solution.read_text(errors="replace").splitlines()
+    except OSError:
+        return None
+    if not 1 <= line <= len(produced) or not produced[line - 1].strip():
+        return None
+    target = produced[line - 1].strip()
+    candidates = [i for i, text in enumerate(written) if text.strip() == target]
+    if len(candidates) > 1:
+        scores = {i: _agreement(produced, line - 1, written, i) for i in candidates}
+        best = max(scores.values())
+        candidates = [i for i in candidates if scores[i] == best]
+    return candidates[0] + 1 if len(candidates) == 1 else None
+
+
+def _agreement(produced: list[str], at: int, written: list[str], to: int) -> int:
+    """How many of the lines around `at` in `produced` are those around `to` in `written`."""
+    same = 0
+    for step in range(1, CONTEXT + 1):
+        for offset in (-step, step):
+            a, b = at + offset, to + offset
+            if 0 <= a < len(produced) and 0 <= b < len(written):
+                same += produced[a].strip() == written[b].strip()
+    return same
+
+
+FULL, LIGHT = "torch/extension.h", "torch/types.h"
+AS_WRITTEN = "as written"  # Build.cuda_header of a unit that fell back
+INCLUDE = re.compile(rf"^([ \t]*#[ \t]*include[ \t]*)[<\"]{re.escape(FULL)}[>\"]", re.MULTILINE)
+CUDA_COMPILE = re.compile(r"^(build \S+\.o: cuda_compile )(\S+)$", re.MULTILINE)
+SWITCH = "HARNESS_LIGHT_HEADER"
+FALLBACK = "light header: compiling as written"  # the log's line before the as-written compile
+_FAILED = object()  # the light compile's outcome where ninja failed
+_used: list[str] = []  # what each CUDA unit compiled against, since the last `take`
+
+
+def install() -> None:
+    """Have torch's extension builder compile CUDA units against the light header where they
+    compile with it. Installed before the precompiled header's wrapper (pch.install), which
+    then runs around this one."""
+    if os.environ.get(SWITCH) == "0":
+        return
+    from torch.utils import cpp_extension
+
+    run_ninja = getattr(cpp_extension, "_run_ninja_build", None)
+    if run_ninja is None or any(getattr(run_ninja, a, False) for a in ("lightens", "precompiles")):
+        return  # installed already (inside the precompiled header's wrapper, where that is)
+    cpp_extension._run_ninja_build = wrap(run_ninja)
+
+
+def wrap(run_ninja: Callable[..., Any]) -> Callable[..., Any]:
+    """`run_ninja` (torch's `_run_ninja_build`), compiling light units where they compile."""
+
+    def lightened(build_directory: str, *args: Any, **kwargs: Any) -> Any:
+        build = Path(build_directory)
+        ninja = build / "build.ninja"
+        written = ninja.read_text()
+        units = [Path(source) for _, source in CUDA_COMPILE.findall(written)]
+        copies = {unit: _light_copy(unit) for unit in units if _lightens(unit, build)}
+        light = {unit: copy for unit, copy in copies.items() if copy is not None}
+        if not light:
+            _used.extend(AS_WRITTEN for unit in units if _includes_full(unit))
+            return run_ninja(build_directory, *args, **kwargs)
+        ninja.write_text(_pointed(written, light))
+        for unit, copy in light.items():
+            print(
+                f"light header: {unit.name} compiles as {copy.name} ({FULL} read as {LIGHT})",
+                flush=True,
+            )
+        try:
+            result = run_ninja(build_directory, *args, **kwargs)
+        except (RuntimeError, subprocess.CalledProcessError):
+            result = _FAILED
+        if result is not _FAILED:
+            _used.extend(LIGHT for _ in light)
+            return result
+        print(f"{FALLBACK}: the light copy did not compile; {FULL} as the source says", flush=True)
+        for unit in light:
+            _as_written(unit).write_text(_digest(unit))
+        ninja.write_text(written)
+        _used.extend(AS_WRITTEN for _ in light)
+        return run_ninja(build_directory, *args, **kwargs)
+
+    lightened.lightens = True  # type: ignore[attr-defined]
+    return lightened
+
+
+def take() -> str | None:
+    """What the CUDA units compiled since the last call read: LIGHT when every unit that
+    includes the full header compiled from its light copy, AS_WRITTEN when one fell back, None
+    when none included it. Clears the tally."""
+    used = list(_used)
+    _used.clear()
+    if not used:
+        return None
+    return AS_WRITTEN if AS_WRITTEN in used else LIGHT
+
+
+def first_error_text(log: str) -> str:
+    """The part of a build's log that holds the compile whose error counts: after the light
+    copy's failure, the as-written compile's."""
+    return log.rsplit(FALLBACK, 1)[-1]
+
+
+def _lightens(unit: Path, build: Path) -> bool:
+    """A unit load_inline wrote into `build` (a unit of `load` stays where its own includes
+    resolve), that includes the full header, and did not fail light before."""
+    if unit.parent.resolve() != build.resolve() or not _includes_full(unit):
+        return False
+    try:
+        return _as_written(unit).read_text() != _digest(unit)
+    except OSError:
+        return True
+
+
+def _light_copy(unit: Path) -> Path | None:
+    """`<stem>.light.cu` beside `unit`, written only where its text changes (ninja rebuilds
+    what is newer than its object); None where the unit cannot be read."""
+    try:
+        text = unit.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError):
+        return None
+    light = INCLUDE.sub(lambda m: f"{m.group(1)}<{LIGHT}>", text)
+    light = f'#line 1 "{unit}"\n{light}'
+    copy = unit.with_name(f"{unit.stem}.light{unit.suffix}")
+    try:
+        if copy.read_text(encoding="utf-8") == light:
+            return copy
+    except OSError:
+        pass
+    copy.write_text(light, encoding="utf-8")
+    return copy
+
+
+def _pointed(ninja: str, light: dict[Path, Path]) -> str:
+    """The ninja file with each light unit's compile reading its copy."""
+    by_path = {str(unit): str(copy) for unit, copy in light.items()}
+    return CUDA_COMPILE.sub(lambda m: m.group(1) + by_path.get(m.group(2), m.group(2)), ninja)
+
+
+def _includes_full(unit: Path) -> bool:
+    try:
+        return bool(INCLUDE.search(unit.read_text(encoding="utf-8", errors="replace")))
+    except OSError:
+        return False
+
+
+def _as_written(unit: Path) -> Path:
+    return unit.with_name(f"{unit.name}.as-written")
+
+
+def _digest(unit: Path) -> str:
+    return hashlib.sha256(unit.read_bytes()).hexdigest()

@@ -2,7 +2,7 @@
 
 Model and ModelNew are built from the same seed, with the reference's matching parameters copied
 into ModelNew, and run in the mode the reference's constructor left it (training, for an
-nn.Module; harness.measure.modes), under torch.no_grad(). Before every call of either model,
+nn.Module; harness.measure.checking), under torch.no_grad(). Before every call of either model,
 torch's generators are seeded with the trial's seed, as KernelBench does, so a solution that
 draws random numbers as the reference does draws the same ones. Each trial draws fresh inputs
 from a seed that mixes the public one with the run's secret (harness.inputs.Seeds), so no
@@ -17,6 +17,16 @@ criterion (`criterion`): within the tolerance that harness.matching.tolerance gi
 the accuracy rule against the reference run in float64 on the same inputs (harness.accuracy);
 or, under `--as kernelbench`, KernelBench's allclose (harness.measure.kernelbench). Any failure
 ends the check with a Verdict naming the case.
+
+The mode a model runs in, and the modules whose meaning it changes.
+
+Both models run in the mode their constructors leave them, as KernelBench runs them: an
+`nn.Module` starts in training mode, so BatchNorm normalizes with the batch's own statistics
+and Dropout zeroes elements at random. A problem meant for inference says so itself, by
+calling `self.eval()` in `Model.__init__`; ModelNew is then put in the same mode
+(harness.measure.checking.build_models). This module names the modules whose output depends
+on that mode, for a verdict that must say why a solution differs, and those that draw random
+numbers, for the audit's rule on random references (harness.measure.audit).
 """
 
 from __future__ import annotations
@@ -26,9 +36,12 @@ from collections.abc import Callable
 from typing import Any
 
 import torch
+from torch import nn
+from torch.nn.modules.batchnorm import _BatchNorm
+from torch.nn.modules.dropout import _DropoutNd
+from torch.nn.modules.instancenorm import _InstanceNorm
 
-from harness import accuracy, status
-from harness.errors import HarnessError, Verdict
+from harness import accuracy, verdicts
 from harness.inputs import (
     Seeds,
     make_init_inputs,
@@ -38,9 +51,10 @@ from harness.inputs import (
 )
 from harness.loading import Case, Problem
 from harness.matching import mismatch, tolerance
-from harness.measure import anticheat, gradients, kernelbench, modes
+from harness.measure import anticheat, gradients, kernelbench
 from harness.parts import part
 from harness.settings import Checking
+from harness.verdicts import HarnessError, Verdict
 
 __all__ = ["Counted", "Verdict", "build_models", "check_cases", "check_once"]
 
@@ -75,7 +89,7 @@ def check_cases(
         for trial in range(1, checking.trials + 1):
             trial_seed = seeds.trial(index, trial)
             inputs = guard(
-                status.PROBLEM_ERROR, "get_inputs", make_inputs, case, trial_seed, device
+                verdicts.PROBLEM_ERROR, "get_inputs", make_inputs, case, trial_seed, device
             )
             verdict = check_once(problem, case, models, inputs, device, checking, trial_seed)
             if not verdict and problem.backward and not case.invalid:
@@ -86,7 +100,7 @@ def check_cases(
             if verdict:  # the trial's own seed, and what it comes from (harness.inputs.Seeds)
                 drawn = f"trial {trial}, from --seed {checking.seed} and --secret"
                 where = f"case {case.name!r}, seed {trial_seed} ({drawn})"
-                raise Verdict(status.INCORRECT, f"{where}: {verdict}")
+                raise Verdict(verdicts.INCORRECT, f"{where}: {verdict}")
             checks += 1
             if counted:
                 counted(checks, len(chosen) * checking.trials)
@@ -97,17 +111,17 @@ def build_models(
     problem: Problem, model_new: type, case: Case, seed: int, device: torch.device
 ) -> tuple[Any, Any]:
     """Model and ModelNew from the same seed, with the reference's matching weights copied;
-    ModelNew in the mode the reference's constructor left it in (harness.measure.modes)."""
+    ModelNew in the mode the reference's constructor left it in (harness.measure.checking)."""
 
     def build(cls: type, failure: str, label: str) -> Any:
         seed_everything(seed)  # before get_init_inputs too: it may draw weights at random
-        args = guard(status.PROBLEM_ERROR, "get_init_inputs", make_init_inputs, case, device)
+        args = guard(verdicts.PROBLEM_ERROR, "get_init_inputs", make_init_inputs, case, device)
         model = guard(failure, f"{label}(*init_inputs)", cls, *args)
         return model.to(device)
 
     with part("models"):
-        reference = build(problem.model, status.PROBLEM_ERROR, "Model")
-        solution = build(model_new, status.LOAD_ERROR, "ModelNew")
+        reference = build(problem.model, verdicts.PROBLEM_ERROR, "Model")
+        solution = build(model_new, verdicts.LOAD_ERROR, "ModelNew")
         solution.train(getattr(reference, "training", False))
         wanted = solution.state_dict()
         shared = {
@@ -157,7 +171,7 @@ def _check_once(
         seed_everything(seed)
         with part("reference"):
             expected = guard(
-                status.PROBLEM_ERROR, f"{label}: Model", call, reference, given, device
+                verdicts.PROBLEM_ERROR, f"{label}: Model", call, reference, given, device
             )
         sizes += anticheat.output_sizes(expected)
         held = [inputs, given, expected, first.output]
@@ -170,7 +184,7 @@ def _check_once(
     with part("compare"):
         report = differs(expected, first.output)
     if report:
-        return report + anticheat.poison_note(first.output) + modes.training_note(reference)
+        return report + anticheat.poison_note(first.output) + training_note(reference)
     with part("compare"):
         report = differs(expected, second.output)
     if report:
@@ -241,7 +255,7 @@ def solution_call(
         anticheat.poison(device, sizes)
         seed_everything(seed)
         return guard(
-            status.RUNTIME_ERROR, label, anticheat.watched_call, solution, own, device, label
+            verdicts.RUNTIME_ERROR, label, anticheat.watched_call, solution, own, device, label
         )
 
 
@@ -260,7 +274,10 @@ def check_refused(solution: Any, inputs: list[Any], device: torch.device, label:
         print(f"{label}: refused, as it should: {describe_error(err)}", flush=True)
         output = None
     guard(
-        status.RUNTIME_ERROR, f"{label}: the device is unusable after invalid input", probe, device
+        verdicts.RUNTIME_ERROR,
+        f"{label}: the device is unusable after invalid input",
+        probe,
+        device,
     )
     if output is None or _has_nan(output):
         return None
@@ -307,3 +324,50 @@ def guard(failure: str, label: str, fn: Callable[..., Any], *args: Any) -> Any:
 def describe_error(err: BaseException) -> str:
     lines = [line for line in str(err).strip().splitlines() if line.strip()]
     return f"{type(err).__name__}: {lines[0] if lines else '(no message)'}"
+
+
+def _uses_running_stats(module: nn.Module) -> bool:
+    """A norm whose eval() output uses running statistics, and training output the batch's."""
+    return isinstance(module, (_BatchNorm, _InstanceNorm)) and bool(module.track_running_stats)
+
+
+def _random(module: nn.Module) -> bool:
+    """A module that draws random numbers in training mode."""
+    if isinstance(module, _DropoutNd):
+        return module.p > 0
+    return isinstance(module, nn.RReLU)
+
+
+def _named(model: Any, keep: Any) -> list[str]:
+    if not isinstance(model, nn.Module):
+        return []
+    return [
+        f"{type(module).__name__} at {name!r}"
+        for name, module in model.named_modules()
+        if name and module.training and keep(module)
+    ]
+
+
+def random_modules(model: Any) -> list[str]:
+    """'Dropout at 'drop'' for each module of `model` that draws random numbers as it runs now
+    (Dropout with p > 0, RReLU, in training mode)."""
+    return _named(model, _random)
+
+
+def mode_dependent(model: Any) -> list[str]:
+    """Each module of `model` whose output would differ in eval(): norms that would use their
+    running statistics, and random modules."""
+    return _named(model, lambda m: _uses_running_stats(m) or _random(m))
+
+
+def training_note(reference: Any) -> str:
+    """Why a solution may differ from a reference in training mode, or '' when nothing in the
+    reference depends on its mode."""
+    named = mode_dependent(reference)
+    if not named:
+        return ""
+    return (
+        f"; the reference runs in training mode, as its constructor left it ({', '.join(named)}):"
+        " norms use the batch's own statistics, not the running ones, and dropout is active; "
+        "a problem meant for inference calls self.eval() in Model.__init__"
+    )

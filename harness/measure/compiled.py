@@ -10,7 +10,7 @@ from typing import Any
 
 import torch
 
-from harness import accuracy, status
+from harness import accuracy, verdicts
 from harness.inputs import Seeds, make_inputs
 from harness.loading import Case, Problem
 from harness.matching import mismatch, tolerance
@@ -37,11 +37,11 @@ def compile_baseline(
     for index, bench in enumerate(problem.benchmarks):
         seed = seeds.benchmark(index)
         eager, _ = build_models(problem, problem.model, bench, seed, device)
-        inputs = guard(status.PROBLEM_ERROR, "get_inputs", make_inputs, bench, seed, device)
+        inputs = guard(verdicts.PROBLEM_ERROR, "get_inputs", make_inputs, bench, seed, device)
         compiled = torch.compile(eager)
         begin = time.perf_counter()
         with torch.no_grad():
-            got = guard(status.RUNTIME_ERROR, "torch.compile", compiled, *inputs)
+            got = guard(verdicts.RUNTIME_ERROR, "torch.compile", compiled, *inputs)
             want = eager(*inputs)
         synchronize(device)
         compile_s = time.perf_counter() - begin
@@ -76,7 +76,7 @@ def _compiled_passes(
     first = passes.Pass(passes.BOTH, output, params)
     given = first.extend(inputs, seed)
     begin = time.perf_counter()
-    got = guard(status.RUNTIME_ERROR, "torch.compile, backward", first.wrap(compiled, []), *given)
+    got = guard(verdicts.RUNTIME_ERROR, "torch.compile, backward", first.wrap(compiled, []), *given)
     synchronize(device)
     compile_s = time.perf_counter() - begin
     training = first.wrap(eager, [])

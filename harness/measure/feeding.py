@@ -31,11 +31,11 @@ from typing import Any
 
 import torch
 
-from harness import status
-from harness.errors import Verdict
+from harness import verdicts
 from harness.inputs import replicate, replicate_all
 from harness.measure import anticheat
 from harness.parts import part
+from harness.verdicts import Verdict
 
 # (output, pristine inputs, label) -> raises on a mismatch
 Check = Callable[[Any, list[Any], str], None]
@@ -202,6 +202,6 @@ def output_check(reference: Any, device: torch.device, criterion: Criterion) -> 
         expected = reference(*replicate_all(pristine, device))
         report = criterion(pristine)(expected, output)
         if report:
-            raise Verdict(status.INCORRECT, f"{label}: {report}{anticheat.poison_note(output)}")
+            raise Verdict(verdicts.INCORRECT, f"{label}: {report}{anticheat.poison_note(output)}")
 
     return check

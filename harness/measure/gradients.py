@@ -17,12 +17,12 @@ from typing import Any
 
 import torch
 
-from harness import accuracy, status
-from harness.errors import Verdict
+from harness import accuracy, verdicts
 from harness.loading import Case, Problem
 from harness.matching import mismatch, tolerance
 from harness.measure import anticheat, passes
 from harness.tolerance import Tolerance
+from harness.verdicts import Verdict
 
 
 class Gradients(torch.nn.Module):
@@ -99,7 +99,7 @@ def comparable_params(reference: Any, solution: Any) -> list[str]:
         mine = theirs.get(name)
         if mine is None or mine.shape != param.shape:
             raise Verdict(
-                status.INCORRECT,
+                verdicts.INCORRECT,
                 f"ModelNew has no parameter {name!r} of shape {list(param.shape)}, so its "
                 "gradient cannot be checked: name and shape the parameters as Model does",
             )

@@ -4,7 +4,7 @@ Read from ScalingIntelligence/KernelBench (`src/kernelbench/eval.py` and `timing
 
 - Semantics: both models in the mode their constructors leave them, outputs under
   torch.no_grad(), torch's generators seeded before each call. The harness does the same in
-  every profile (harness.measure.modes, harness.measure.checking).
+  every profile (harness.measure.checking, harness.measure.checking).
 - Criterion: on each of 5 trials (`--trials`, whose default is 5), the output must have the
   reference's shape and pass `torch.allclose(reference, output, atol=tol, rtol=tol)`, NaN never
   equal to NaN; `tol` from the precision table (TOLERANCES: 1e-4 for float32), or
@@ -39,8 +39,8 @@ import torch
 from harness.blocks import Index, blocks
 from harness.matching import Tally, differ
 from harness.measure.timing import Call, Sampled, prepare_call
-from harness.measurement import Measurement
 from harness.settings import KERNELBENCH
+from harness.stats import Measurement
 
 PROFILE = KERNELBENCH
 TOLERANCES = {torch.float32: 1e-4, torch.float16: 1e-2, torch.bfloat16: 1e-2}

@@ -60,12 +60,12 @@ from typing import Any, NamedTuple
 
 import torch
 
-from harness import status
-from harness.errors import Verdict
+from harness import verdicts
 from harness.inputs import Seeds, make_inputs, replicate_all
 from harness.loading import Problem
 from harness.measure import anticheat
 from harness.measure.checking import build_models, describe_error, guard
+from harness.verdicts import Verdict
 
 PYTORCH_KERNELS = ("at::", "c10::")
 RUNTIME_EVENTS = ("Memcpy", "Memset")  # the profiler's names for the CUDA runtime's copies
@@ -165,7 +165,9 @@ def own_work(
     costs the check, with a warning."""
     case = problem.cases[0]
     reference, solution = build_models(problem, model_new, case, seeds.case(0), device)
-    inputs = guard(status.PROBLEM_ERROR, "get_inputs", make_inputs, case, seeds.trial(0, 1), device)
+    inputs = guard(
+        verdicts.PROBLEM_ERROR, "get_inputs", make_inputs, case, seeds.trial(0, 1), device
+    )
 
     def profiled(model: Any) -> Profile:
         own = replicate_all(inputs, device)  # copied outside the profile: only the call counts

@@ -1,13 +1,13 @@
 """Names what a sandboxed worker tried that the sandbox forbids: an audit hook (sys.addaudithook)
 in the worker, and in every process it forks, writes one line per attempt to VIOLATIONS in its
-scratch folder; the harness reads them when the job ends (harness.run.staging). The kernel
+scratch folder; the harness reads them when the job ends (harness.run.sandboxing). The kernel
 refuses the attempt either way; the hook only says which rule it met, even where the solution
 swallows the error.
 
 Rules: `network` (a connection, bind or send on an internet socket), `filesystem` (opening or
 changing a path the worker may not reach: hidden, or outside its scratch folder for writing),
 `ptrace` (ptrace or another process's memory), `processes` (half its process limit
-started), `memory` (the heap limit reached: harness.run.staging reads that from the error).
+started), `memory` (the heap limit reached: harness.run.sandboxing reads that from the error).
 """
 
 from __future__ import annotations

@@ -19,6 +19,7 @@ with a `warm` method has that called, untimed, before it is timed by the host's 
     sleep is issued.
   - WallTimer: a wall clock around each call (CPU work), no cache flush.
 Tests inject a fake timer and clock: the rule is plain Python over the timer's samples.
+
 """
 
 from __future__ import annotations

@@ -20,6 +20,15 @@ imported and verified after each step (harness.integrity).
 A job whose task is one of REFERENCE_TASKS loads no solution: the audit of references, the
 GPU's copy-bandwidth ceiling, or the reference timed eager and under torch.compile side by side
 for the session's baseline cache. The parent runs these here so that it never touches the GPU.
+
+A spare worker's side (harness.run.isolate.Spare): a worker started before its job.
+
+It imports what every job imports (torch, the harness, the extension builder, the profiler's
+Python side) while the slot's current jobs run, touching no device, and says so (`Imported`).
+Told to warm up, it starts CUDA on its device and the profiler once (what every job's load step
+does first); the slot asks that only of the next job's spare, only while its current job is not
+timing, and holds that job's time step until the spare is warm (the `gate` of
+harness.measure.worker.main). Then it waits for its job and runs it as a fresh worker would.
 """
 
 from __future__ import annotations
@@ -39,21 +48,33 @@ from typing import Any
 
 import torch  # importing torch does not import its extension builder: that waits for setup
 
-from harness import files, status
-from harness.errors import HarnessError, UserError, Verdict
+from harness import files, toolchain, verdicts
 from harness.inputs import Seeds
 from harness.loading import Problem, import_file, load_problem, reference_namespace
-from harness.measure import audit, integrity, kernelbench, profiling, roofline, sandboxed
+from harness.measure import anticheat, audit, kernelbench, profiling, roofline, sandboxed
 from harness.measure.benchmarking import time_benchmarks
 from harness.measure.builds import BuildWatcher, NoCudaToolchain
 from harness.measure.checking import check_cases, describe_error
 from harness.measure.compiled import compile_baseline
-from harness.measure.events import Count, Done, Event, OnCase, Phase, ReadyToTime
-from harness.measure.judged import Judged, failure, harness_failure
+from harness.measure.messages import (
+    Count,
+    Done,
+    Event,
+    Imported,
+    Judged,
+    OnCase,
+    Phase,
+    ReadyToTime,
+    Warm,
+    Warmed,
+    failure,
+    harness_failure,
+)
 from harness.parts import PARTS, part
 from harness.record import Build
 from harness.settings import KERNELBENCH, Settings
 from harness.toolchain import find_cuda_home, prepare_environment, use_build_cache
+from harness.verdicts import HarnessError, UserError, Verdict
 
 
 @dataclass(frozen=True)
@@ -70,13 +91,13 @@ class Job:
     # build jobs), or one of REFERENCE_TASKS
     # An "audit" job's problems, (name, reference file) each; none: the job's own problem alone
     sources: tuple[tuple[str, str], ...] = ()
-    # Where it builds, when not its folder of the build cache (the sandbox's: harness.run.staging)
+    # Where it builds, when not its folder of the build cache (the sandbox's: run.sandboxing)
     build_folder: str = ""
 
 
 Send = Callable[[Event], None]
 REFERENCE_TASKS = ("compile_baseline", "audit", "ceiling")
-STARTED_AHEAD = False  # set in a spare worker (harness.measure.spare), said in its log
+STARTED_AHEAD = False  # set in a spare worker (harness.measure.worker), said in its log
 
 
 def entry(job: Job, conn: Any, gate: Any = None) -> None:
@@ -156,7 +177,7 @@ def _redirect_output(log_path: str) -> Any:
 
 def run(job: Job, send: Send) -> Judged:
     """Run the job's steps; any failure becomes a status and a one-line detail."""
-    result: dict[str, Any] = {"status": status.OK}  # Judged's fields, as they are found
+    result: dict[str, Any] = {"status": verdicts.OK}  # Judged's fields, as they are found
     watcher: BuildWatcher | None = None
     started = False  # whether any of the solution's code has run
     try:
@@ -168,7 +189,7 @@ def run(job: Job, send: Send) -> Judged:
         watcher.install()
         if not job.settings.checking.check_only:  # else no profile runs (2.4 s on a CPU)
             profiling.warm_up(device)  # before the snapshot: it rebinds some of torch's names
-        snapshot = integrity.Snapshot()
+        snapshot = anticheat.Snapshot()
         started = True
         model_new = _load_solution(job, device, watcher)
         snapshot.verify("when the solution was imported")
@@ -197,7 +218,7 @@ def run(job: Job, send: Send) -> Judged:
                 raise own.rejection
     except Verdict as verdict:  # a row without timings: they mean nothing for a failed solution
         detail = verdict.detail
-        if verdict.status == status.REJECTED and job.settings.checking.profile == KERNELBENCH:
+        if verdict.status == verdicts.REJECTED and job.settings.checking.profile == KERNELBENCH:
             detail += kernelbench.DEFENCE_NOTE
         result.update(status=verdict.status, detail=detail, reason=verdict.reason, benchmarks=())
     except BaseException as err:  # escaped every guard: the solution's doing, or the harness's
@@ -215,14 +236,14 @@ def reference_task(job: Job, problem: Problem, device: torch.device, send: Send)
         send(Phase("check"))
         sources = job.sources or ((job.problem, job.reference),)
         return Judged(
-            status.OK, audits=audit.audit_each(sources, device, job.settings.checking.tolerance)
+            verdicts.OK, audits=audit.audit_each(sources, device, job.settings.checking.tolerance)
         )
     send(Phase("time"))
     if job.task == "ceiling":
-        return Judged(status.OK, ceiling=roofline.measure_copy(device))
+        return Judged(verdicts.OK, ceiling=roofline.measure_copy(device))
     with part("baseline"):
         rows = tuple(compile_baseline(problem, device, job.settings))
-    return Judged(status.OK, compile_rows=rows)
+    return Judged(verdicts.OK, compile_rows=rows)
 
 
 def build_only(job: Job, send: Send) -> Judged:
@@ -231,7 +252,7 @@ def build_only(job: Job, send: Send) -> Judged:
     compile error is final, and so is any verdict on a CPU run (a CUDA solution's `no_gpu`);
     on a GPU run, another failure to import may be the hidden GPU's doing, and its judge
     imports it again (harness.run.scheduler)."""
-    result: dict[str, Any] = {"status": status.OK}  # Judged's fields, as they are found
+    result: dict[str, Any] = {"status": verdicts.OK}  # Judged's fields, as they are found
     settings = job.settings
     send(Phase("load"))
     device = torch.device(settings.device)
@@ -274,7 +295,7 @@ def _escaped(err: BaseException, solution: Path, started: bool) -> Judged:
     """The verdict on an exception that escaped every guard, its traceback logged."""
     traceback.print_exc()
     if isinstance(err, SystemExit):
-        return failure(status.CRASHED, f"the solution called sys.exit({err.code})")
+        return failure(verdicts.CRASHED, f"the solution called sys.exit({err.code})")
     return _blame(err, solution, started)
 
 
@@ -285,7 +306,7 @@ def _blame(err: BaseException, solution: Path, started: bool) -> Judged:
     if isinstance(err, HarnessError):  # the harness's own machinery said it failed
         return harness_failure(str(err))
     if started and _solution_caused(err, solution):
-        return failure(status.RUNTIME_ERROR, describe_error(err))
+        return failure(verdicts.RUNTIME_ERROR, describe_error(err))
     return harness_failure(describe_error(err))
 
 
@@ -313,7 +334,7 @@ def setup(job: Job) -> tuple[Problem, torch.device]:
     try:
         problem = load_problem(job.problem, Path(job.reference))
     except UserError as err:
-        raise Verdict(status.PROBLEM_ERROR, str(err)) from err
+        raise Verdict(verdicts.PROBLEM_ERROR, str(err)) from err
     device = torch.device(settings.device)
     if device.type == "cuda":
         device = torch.device("cuda", device.index or 0)  # set_device needs an index
@@ -358,23 +379,23 @@ def _load_solution(job: Job, device: torch.device, watcher: BuildWatcher) -> typ
             module = import_file(Path(job.solution), namespace)
     except NoCudaToolchain as err:
         detail = f"not compiled: {err}"
-        raise Verdict(status.NO_GPU if on_cpu else status.COMPILE_ERROR, detail) from err
+        raise Verdict(verdicts.NO_GPU if on_cpu else verdicts.COMPILE_ERROR, detail) from err
     except Exception as err:
         traceback.print_exc()
         if watcher.current is not None:
-            raise Verdict(status.COMPILE_ERROR, watcher.failure(err, Path(job.solution))) from err
+            raise Verdict(verdicts.COMPILE_ERROR, watcher.failure(err, Path(job.solution))) from err
         if on_cpu and (watcher.uses_cuda or _needs_gpu(err)):
             raise Verdict(
-                status.NO_GPU, f"not run: no CUDA device ({describe_error(err)})"
+                verdicts.NO_GPU, f"not run: no CUDA device ({describe_error(err)})"
             ) from err
-        raise Verdict(status.LOAD_ERROR, f"importing it raised {describe_error(err)}") from err
+        raise Verdict(verdicts.LOAD_ERROR, f"importing it raised {describe_error(err)}") from err
     model_new = getattr(module, "ModelNew", None)
     if not isinstance(model_new, type):
-        raise Verdict(status.LOAD_ERROR, "the file defines no ModelNew class")
+        raise Verdict(verdicts.LOAD_ERROR, "the file defines no ModelNew class")
     if on_cpu and watcher.uses_cuda:
         built = ", ".join(b.describe() for b in watcher.builds)
         why = "the device is cpu" if torch.cuda.is_available() else "no CUDA device"
-        raise Verdict(status.NO_GPU, f"{built}; not run: {why}")
+        raise Verdict(verdicts.NO_GPU, f"{built}; not run: {why}")
     return model_new
 
 
@@ -398,3 +419,50 @@ NO_GPU_MESSAGES = (
 def _needs_gpu(err: BaseException) -> bool:
     text = str(err).lower()
     return any(message in text for message in NO_GPU_MESSAGES)
+
+
+def waiting(jobs: Any, conn: Any) -> None:
+    """The spare's entry point: it says Imported on `conn` once its imports are done; messages
+    on `jobs` are Warm, answered with Warmed on `conn`, then the Job; the same pipe is the
+    job's gate. A parent that closes the pipe without a job ends it quietly."""
+    global STARTED_AHEAD
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
+    die_with_parent()  # also while paused (SIGSTOP) by its slot during a timing
+    cuda_home = toolchain.find_cuda_home()  # as the job will set it; else torch warns here
+    if cuda_home:
+        os.environ["CUDA_HOME"] = cuda_home
+    import torch.profiler
+    import torch.utils.cpp_extension  # noqa: F401
+
+    conn.send(Imported())
+    while True:
+        try:
+            message = jobs.recv()
+        except (EOFError, OSError):
+            return
+        if isinstance(message, Warm):
+            conn.send(Warmed(warm(message.device)))
+            continue
+        STARTED_AHEAD = True
+        entry(message, conn, jobs)
+        return
+
+
+def warm(device: str) -> str | None:
+    """Start CUDA on `device` and the profiler once (on the host: profiling.warm_up); why it
+    failed, or None."""
+    import torch
+
+    from harness.measure import profiling
+
+    try:
+        if device.startswith("cuda"):
+            where = torch.device(device)
+            torch.cuda.set_device(where)
+            torch.zeros(1, device=where)
+            torch.cuda.synchronize(where)
+            profiling.warm_up(where)
+    except Exception as err:  # the job will meet it again, and report it
+        return f"{type(err).__name__}: {err}"
+    return None

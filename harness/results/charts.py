@@ -13,9 +13,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from harness import files, status
+from harness import files, verdicts
 from harness.record import RunRecord
-from harness.results import report, shown
+from harness.results import report
 from harness.results.summary import CPU_MARK, ran_on_cpu_beside_gpu
 
 HASH_SALT = "kernel-bench"  # fixes the ids matplotlib puts in the SVG
@@ -38,7 +38,7 @@ def chart_bars(problem_records: list[RunRecord]) -> list[Bar]:
     """One bar per (solution, shape) of the ok records."""
     bars = []
     for record in problem_records:
-        if record.status != status.OK:
+        if record.status != verdicts.OK:
             continue
         mark = CPU_MARK if ran_on_cpu_beside_gpu(record) else ""
         for bench in record.benchmarks:
@@ -104,9 +104,9 @@ def write_chart(folder: Path, problem: str, records: list[RunRecord]) -> Path | 
     None, writing nothing, when matplotlib is missing or no solution of `problem` is ok (then
     a chart drawn before, which would show solutions no longer ok or forgotten, is removed).
     """
-    problem_records = shown.latest_per_solution(records, problem)
+    problem_records = report.latest_per_solution(records, problem)
     bars = chart_bars(problem_records)
-    newest = shown.newest(problem_records)
+    newest = report.newest(problem_records)
     path = folder / f"{problem}.svg"
     if not bars or newest is None:
         path.unlink(missing_ok=True)

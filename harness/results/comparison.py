@@ -23,10 +23,10 @@ from pathlib import Path
 from tabulate import tabulate
 
 from harness import record, settings, stats
-from harness.errors import UserError
 from harness.record import BenchRow, RunRecord
 from harness.results import load, report
 from harness.results.summary import CPU_MARK, latest_records, ran_on_cpu_beside_gpu
+from harness.verdicts import UserError
 
 THRESHOLD = settings.COMPARE_THRESHOLD  # smaller is "unchanged", even with a tight interval
 SHOWN_CHOICES = 5  # how many run ids and commits an error message names

@@ -13,7 +13,7 @@ from pathlib import Path
 
 from tabulate import tabulate
 
-from harness import status
+from harness import verdicts
 from harness.record import BenchRow, RunRecord
 from harness.results import report
 
@@ -61,5 +61,5 @@ def _timed(record: RunRecord, bench: BenchRow) -> list[str]:
         report.format_us(bench.solution.median_us),
         report.format_us(bench.reference.median_us),
         report._ratio_cell(vars(row), "speedup"),
-        note if record.status == status.OK else record.detail,
+        note if record.status == verdicts.OK else record.detail,
     ]

@@ -2,23 +2,32 @@
 
 A problem's table holds the latest record of each solution (by path), one row per benchmark,
 or one row carrying the verdict where the solution did not reach timing.
+
+Which records a table, chart or summary shows: the newest of each solution, except that a run
+which passed without timing (--check-only, a replay) never hides the timed record of the same
+code before it.
+
+The flags of a table's row: what a reader must know before trusting its numbers (a warm
+cache, skipped work, noise, throttling, a machine's load, a host-bound side, ...).
+
+A problem table's columns: the row type (`TableRow`), the markdown table's headers
+(`COLUMNS`) and the CSV's order (`CSV_COLUMNS`). harness.results.report fills the rows.
 """
 
 from __future__ import annotations
 
 import datetime
 from collections.abc import Mapping
-from dataclasses import asdict, replace
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
 
 import pandas as pd
 from tabulate import tabulate
 
-from harness import files, status
+from harness import files, verdicts
 from harness.record import LOG_NAME, BenchRow, Ceiling, GpuState, Machine, RunRecord
-from harness.results import flagged, load, shown
-from harness.results.columns import COLUMNS, CSV_COLUMNS, TableRow
+from harness.results import load
 from harness.settings import KERNELBENCH
 from harness.stats import Interval
 
@@ -102,7 +111,7 @@ def _timing_row(
     columns.update(_state_columns(bench.state))
     columns.update(_witness_columns(bench))
     row = replace(base, **columns, **asdict(busy))  # the machine's load (harness.results.load)
-    found = [*([base.flags] if base.flags else []), *flagged.flags(bench, row, speedup)]
+    found = [*([base.flags] if base.flags else []), *flags(bench, row, speedup)]
     return replace(row, flags="; ".join(found))
 
 
@@ -222,7 +231,7 @@ def notes(row: TableRow) -> str:
     text = "; ".join(t for t in (row.flags, row.detail, row.warnings) if t)
     if len(text) > NOTES_CHARS:
         text = text[: NOTES_CHARS - 3].rstrip() + "..."
-    if row.status != status.OK and row.log:
+    if row.status != verdicts.OK and row.log:
         text = f"{text} (log: {row.log})" if text else f"log: {row.log}"
     return text
 
@@ -378,11 +387,188 @@ def write_tables(
     """Re-render `<problem>.md` and `.csv` in `folder` from `records` (its run log, as
     harness.record.read gives it); returns both paths. `chart`, a file name beside them, is
     shown under the table. The caller holds the folder's lock (harness.results.rendering)."""
-    problem_records = shown.latest_per_solution(records, problem)
+    problem_records = latest_per_solution(records, problem)
     rows = table_rows(problem_records)
-    markdown = render_markdown(problem, rows, shown.newest(problem_records), chart)
+    markdown = render_markdown(problem, rows, newest(problem_records), chart)
     frame = pd.DataFrame([vars(row) for row in rows], columns=CSV_COLUMNS)
     md_path, csv_path = folder / f"{problem}.md", folder / f"{problem}.csv"
     files.write_atomic(md_path, markdown)
     files.write_atomic(csv_path, frame.to_csv(index=False, float_format="%.6g"))
     return md_path, csv_path
+
+
+def latest_per_solution(all_records: list[RunRecord], problem: str) -> list[RunRecord]:
+    """The newest record of each solution (keyed by path) of `problem`, sorted by name. A run
+    that passed without timing (--check-only, a replay) never hides the timed record of the
+    same solution and reference before it: that record stays the solution's row."""
+    latest: dict[str, RunRecord] = {}
+    for record in all_records:
+        if record.problem != problem:
+            continue
+        kept = latest.get(record.solution_path)
+        if kept is not None and kept.benchmarks and _passed_untimed(record, kept):
+            continue
+        latest[record.solution_path] = record
+    return sorted(latest.values(), key=lambda r: r.solution)
+
+
+def _passed_untimed(record: RunRecord, timed: RunRecord) -> bool:
+    """Whether `record` passed without timing the code `timed` timed (same sources)."""
+    same = (record.solution_hash, record.reference_hash) == (
+        timed.solution_hash,
+        timed.reference_hash,
+    )
+    return record.status == verdicts.OK and not record.benchmarks and same
+
+
+def newest(records: list[RunRecord]) -> RunRecord | None:
+    """The record made last, or None when there is none."""
+    return max(records, key=lambda r: r.time, default=None)
+
+
+NOISY_RSE = 0.01  # a side whose relative standard error ends above this is marked noisy
+WITNESS_MIN_SHARE = 0.9  # a call that moves less than this share of the minimum is flagged
+
+
+def flags(bench: BenchRow, row: TableRow, speedup: Interval) -> list[str]:
+    """What a reader must know before trusting the benchmark's numbers; `row` is its table row
+    (harness.results.report), `speedup` its device speedup."""
+    found = []
+    witnessed = row.ncu_pct
+    if witnessed is not None and witnessed < 100 * WITNESS_MIN_SHARE:
+        found.append(
+            f"MOVED {witnessed:.0f}% of the problem's minimum bytes under ncu: skipped work, "
+            "or a wrong byte count"
+        )
+    if row.ceiling_pct and row.ceiling_pct > 100:
+        found.append(
+            f"ABOVE the copy ceiling ({row.ceiling_pct:.0f}%): a warm cache, a wrong "
+            "byte count, or skipped work"
+        )
+    for side, timing in (("solution", bench.solution), ("reference", bench.reference)):
+        if timing.synchronizes:
+            found.append(
+                f"{side} synchronizes with the device (timed with its synchronisation, as a "
+                "loop of such calls runs)"
+            )
+    if bench.host_bound and bench.per_call:
+        per_call, device = bench.per_call.speedup.value, speedup.value
+        found.append(
+            f"host-bound {bench.host_bound}: {per_call:.2f}x per call against {device:.2f}x on "
+            "the device"
+        )
+    if bench.launch_bound and bench.floor_us is not None:
+        found.append(f"launch-bound (floor {bench.floor_us:.1f} us; try --graph)")
+    for side, timing in (("solution", bench.solution), ("reference", bench.reference)):
+        if timing.rse > NOISY_RSE:
+            stopped = f", stopped by {bench.stop}" if bench.stop else ""
+            found.append(f"noisy {side} (RSE {100 * timing.rse:.1f}%{stopped})")
+    if row.throttled_samples and bench.state:
+        reasons = ", ".join(bench.state.reasons)
+        found.append(f"throttled: {row.throttled_samples} samples ({reasons})")
+    busy = load.Load(row.load_1m, row.cpu_count, row.gpu_processes, bool(row.cpu_timed))
+    found += load.flags(busy)
+    if bench.note:
+        found.append(bench.note)
+    if bench.compile and bench.compile.mismatch:
+        found.append("torch.compile's output differs from eager's: no 'vs compile'")
+    return found
+
+
+COLUMNS = {  # column: header in the markdown table
+    "solution": "solution",
+    "shape": "shape",
+    "status": "status",
+    "median_us": "time (us)",
+    "iqr_pct": "IQR",
+    "n": "n",
+    "ref_median_us": "eager (us)",
+    "speedup": "speedup [95% CI]",
+    "per_call_speedup": "per call [95% CI]",
+    "vs_compile": "vs compile",
+    "gbps": "GB/s",
+    "ceiling_pct": "of copy",
+    "when": "run (UTC)",
+    "notes": "notes",  # detail, flags and log (harness.results.report.notes)
+}
+
+# The CSV's columns beyond the table's, in order (written as words to keep the list short).
+CSV_EXTRA = """
+    speedup speedup_low speedup_high vs_compile vs_compile_low vs_compile_high
+    per_call_us ref_per_call_us per_call_speedup per_call_speedup_low per_call_speedup_high
+    host_bound compile_median_us compile_cached compile_mismatch ref_iqr_pct rse ref_rse stop mode
+    floor_us launch_bound bytes flops tflops ncu_bytes ncu_pct ncu_kernels sm_mhz temp_c
+    throttled_samples own_share reference_share
+"""
+CSV_COLUMNS = [
+    *(c for c in COLUMNS if c not in ("notes", "speedup", "per_call_speedup", "vs_compile")),
+    *CSV_EXTRA.split(),
+    *load.CSV_COLUMNS,
+    *"flags detail warnings log solution_path run_id".split(),  # noqa: SIM905
+]
+
+
+@dataclass(frozen=True)
+class TableRow:
+    """One line of a problem's table and CSV: a solution's benchmark shape, or its verdict
+    alone where it did not reach timing (then every timing column is None)."""
+
+    # the solution and its record
+    solution: str
+    status: str
+    when: str
+    detail: str
+    warnings: str
+    log: str | None
+    solution_path: str
+    run_id: str
+    own_share: float | None
+    reference_share: float | None
+    shape: str = "-"
+    # the times, the speedups and their intervals
+    median_us: float | None = None
+    iqr_pct: float | None = None
+    n: int | None = None
+    ref_median_us: float | None = None
+    ref_iqr_pct: float | None = None
+    speedup: float | None = None
+    speedup_low: float | None = None
+    speedup_high: float | None = None
+    rse: float | None = None
+    ref_rse: float | None = None
+    stop: str | None = None
+    mode: str | None = None
+    floor_us: float | None = None
+    launch_bound: bool | None = None
+    # per call, host included
+    per_call_us: float | None = None
+    ref_per_call_us: float | None = None
+    per_call_speedup: float | None = None
+    per_call_speedup_low: float | None = None
+    per_call_speedup_high: float | None = None
+    host_bound: str | None = None
+    # the work, and the roof
+    bytes: int | None = None
+    flops: int | None = None
+    gbps: float | None = None
+    tflops: float | None = None
+    ceiling_pct: float | None = None
+    # torch.compile
+    vs_compile: float | None = None
+    vs_compile_low: float | None = None
+    vs_compile_high: float | None = None
+    compile_median_us: float | None = None
+    compile_cached: bool | None = None
+    compile_mismatch: str | None = None
+    # what ncu counted (--ncu), the GPU's state, the machine's load
+    ncu_bytes: int | None = None
+    ncu_pct: float | None = None
+    ncu_kernels: int | None = None
+    sm_mhz: str | None = None
+    temp_c: str | None = None
+    throttled_samples: int | None = None
+    load_1m: float | None = None
+    cpu_count: int | None = None
+    gpu_processes: int | None = None
+    cpu_timed: bool | None = None  # not in the CSV: load.flags reads it
+    flags: str | None = None

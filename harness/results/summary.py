@@ -17,9 +17,9 @@ from pathlib import Path
 
 from tabulate import tabulate
 
-from harness import files, status
+from harness import files, verdicts
 from harness.record import LOG_NAME, Machine, RunRecord
-from harness.results import report, shown
+from harness.results import report
 from harness.stats import geomean
 
 SUMMARY_NAME = "summary.md"
@@ -30,19 +30,19 @@ CPU_MARK = " (CPU)"  # appended to a CPU-run solution's name on a GPU machine
 def latest_records(all_records: list[RunRecord]) -> list[RunRecord]:
     """The newest record of each solution of every problem, sorted by problem then solution."""
     problems = sorted({r.problem for r in all_records})
-    return [r for p in problems for r in shown.latest_per_solution(all_records, p)]
+    return [r for p in problems for r in report.latest_per_solution(all_records, p)]
 
 
 def score(record: RunRecord) -> float | None:
     """Geomean of the speedups over eager across shapes; None unless ok with timed shapes."""
-    if record.status != status.OK or not record.benchmarks:
+    if record.status != verdicts.OK or not record.benchmarks:
         return None
     return geomean([report.bench_speedup(b).value for b in record.benchmarks])
 
 
 def compile_score(record: RunRecord) -> float | None:
     """Geomean of the speedups over torch.compile; None unless every shape has one."""
-    if record.status != status.OK or not record.benchmarks:
+    if record.status != verdicts.OK or not record.benchmarks:
         return None
     speedups = [report.bench_vs_compile(b) for b in record.benchmarks]
     if not all(speedups):
@@ -98,7 +98,7 @@ def best_per_problem(rows: list[SummaryRow]) -> dict[str, SummaryRow | None]:
     """Each problem's highest-scoring ok row (CPU-run rows excluded), or None where none is ok."""
     best: dict[str, SummaryRow | None] = {row.problem: None for row in rows}
     for row in rows:
-        if row.status != status.OK or row.score is None or row.cpu:
+        if row.status != verdicts.OK or row.score is None or row.cpu:
             continue
         current = best[row.problem]
         if current is None or row.score > (current.score or 0.0):
@@ -161,7 +161,7 @@ def not_judged(latest: list[RunRecord]) -> dict[str, str]:
     return {
         name: records[0].detail.removeprefix(REFUSED)
         for name, records in sorted(by_problem.items())
-        if all(r.status == status.PROBLEM_ERROR and r.detail.startswith(REFUSED) for r in records)
+        if all(r.status == verdicts.PROBLEM_ERROR and r.detail.startswith(REFUSED) for r in records)
     }
 
 
@@ -200,7 +200,7 @@ def _header(
 ) -> str:
     """The summary's title and how to read it; `flagged`: how many problems are weak, and how
     many were refused."""
-    newest = shown.newest(latest)
+    newest = report.newest(latest)
     machine = newest.machine if newest else Machine()
     where = machine.gpu or f"CPU ({machine.cpu})"
     versions = (("torch", machine.torch), ("cuda", machine.cuda), ("driver", machine.driver))
@@ -246,7 +246,7 @@ def _solutions_table(rows: list[SummaryRow], best: dict[str, SummaryRow | None])
 
 
 def _best_table(rows: list[SummaryRow], best: dict[str, SummaryRow | None]) -> str:
-    cpu_only = {row.problem for row in rows if row.cpu and row.status == status.OK}
+    cpu_only = {row.problem for row in rows if row.cpu and row.status == verdicts.OK}
     lines = [
         [problem, row.solution, _times(row.score), _times(row.vs_compile)]
         if row

@@ -6,31 +6,47 @@ costs seconds, and one worker a problem made a 21-problem sweep wait minutes bef
 solution. Problems are audited as their solutions come up for judging (`Preparing`), a batch
 at a time, so a sweep's first judgement waits for a few audits, not for all of them. A problem
 its batch's worker could not audit (it died, say) is audited alone when it is prepared.
-Answers are kept across runs (harness.run.audit_cache), so only problems not audited before
+Answers are kept across runs (harness.run.auditing), so only problems not audited before
 are audited. Warnings are said on the console; a rejection
 is the run's refusal of the problem, with the command that lists every finding.
+
+The audits of earlier runs, kept so that a problem is audited once, not once a run.
+
+A problem's audit (harness.measure.audit) reads only its reference: its answer is kept in the
+build cache, `<build cache>/.audits/<key>.json`, under a key made of the reference's sources
+(toolchain.source_hash), every file of the harness's own code (a change to how it audits makes
+new keys), torch's version, the device (the GPU's name, or "cpu"), the tolerance the run
+overrides and its profile (--as, with its tolerance). Only answers are kept, never an audit
+that failed to run. A sweep of problems audited before goes straight to judging once its
+first build is done.
 """
 
 from __future__ import annotations
 
+import contextlib
+import functools
+import hashlib
+import json
+import os
 import shlex
 import threading
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import replace
+from dataclasses import asdict, replace
+from pathlib import Path
 
 import torch
 
-from harness.errors import UserError
 from harness.loading import Problem
 from harness.measure import audit
-from harness.measure.judged import Judged
+from harness.measure.audit import REJECT, Audited
+from harness.measure.messages import Judged
 from harness.measure.worker import Job
 from harness.record import Finding
 from harness.run import replay
-from harness.run.audit_cache import AuditCache
 from harness.run.discovery import ProblemSource
 from harness.run.progress import Progress
 from harness.settings import Settings
+from harness.verdicts import UserError
 
 RunJob = Callable[[Job], Judged]  # runs a job in a worker on one of the run's slots
 ReferenceJob = Callable[[ProblemSource, str, str], Job]  # (source, task, log label) -> Job
@@ -192,3 +208,49 @@ class Preparing:
         batch.update((s.name, s) for s in later[:AUDIT_BATCH])
         self._asked.update(batch)
         return list(batch.values())
+
+
+HARNESS = Path(__file__).resolve().parent.parent  # the package whose code makes the answers
+
+
+class AuditCache:
+    """Audit answers by key, in `folder` (see the module doc); `context` is what besides the
+    reference the answer depends on here: torch, the device, the tolerance, the profile."""
+
+    def __init__(self, folder: Path, context: str) -> None:
+        self.folder = folder
+        self.context = f"{context}|{harness_digest()}"
+
+    def get(self, reference: str) -> Audited | None:
+        """The answer kept for a reference of sources digest `reference`, or None."""
+        try:
+            kept = json.loads((self.folder / f"{self._key(reference)}.json").read_text())
+            return Audited(tuple(Finding(**finding) for finding in kept["findings"]))
+        except (OSError, ValueError, TypeError, KeyError):
+            return None  # none kept, or unreadable: audited again
+
+    def put(self, reference: str, answer: Audited) -> None:
+        """Keep `answer` for the reference; not an audit that failed, nor one that found the
+        reference failing (that may pass on another day: out of memory, say), and never the
+        run's failure where the cache cannot be written."""
+        if answer.error is not None or any(f.level == REJECT for f in answer.findings):
+            return
+        path = self.folder / f"{self._key(reference)}.json"
+        text = json.dumps({"findings": [asdict(finding) for finding in answer.findings]})
+        with contextlib.suppress(OSError):
+            self.folder.mkdir(parents=True, exist_ok=True)
+            partial = path.with_name(f"{path.name}.{os.getpid()}")
+            partial.write_text(text)
+            os.replace(partial, path)
+
+    def _key(self, reference: str) -> str:
+        return hashlib.sha256(f"{reference}|{self.context}".encode()).hexdigest()[:24]
+
+
+@functools.cache
+def harness_digest() -> str:
+    """SHA-256 of every Python file of the harness package, read once a process."""
+    digest = hashlib.sha256()
+    for path in sorted(HARNESS.rglob("*.py")):
+        digest.update(str(path.relative_to(HARNESS)).encode() + b"\0" + path.read_bytes())
+    return digest.hexdigest()

@@ -19,7 +19,7 @@ import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from harness.errors import UserError
+from harness.verdicts import UserError
 
 # KernelBench's own layout: runs/<run>/level_1_problem_19_sample_0_kernel.py solves
 # KernelBench/level1/19_ReLU.py

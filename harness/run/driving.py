@@ -1,5 +1,13 @@
 """run.py's runs: which problems and solutions, where they run (this host's pool, or a Ray
 cluster), and what is printed at the end (each problem's rows; a sweep's geomean and fast_p).
+
+run.py --render and --forget: the recorded results of one machine's folder, re-rendered or
+trimmed, without a run.
+
+Each acts on one folder under --results-dir, and names it before it writes: this machine's
+(the folder a run with the same flags writes here: `results/cpu` without a GPU), or the one
+--machine-folder names. A folder of another machine (the committed `results/nvidia-h200`) is
+changed only where the user names it.
 """
 
 from __future__ import annotations
@@ -9,12 +17,13 @@ import shlex
 import statistics
 import sys
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from harness.errors import UserError
 from harness.run.flags import EXIT_FAILED, EXIT_INPUT, EXIT_OK
-from harness.settings import REPO
+from harness.settings import REPO, typed
+from harness.verdicts import UserError
 
 if TYPE_CHECKING:
     from harness.record import RunRecord
@@ -95,7 +104,7 @@ def build_work(session: Session, work: Work, pool: Any) -> int:
     """--build-only: build every solution of `work` with `pool`, print one line each (built,
     or loaded from the cache, or why not), and return the exit status: failed if any did not
     build."""
-    from harness import status
+    from harness import verdicts
     from harness.run.reporting import Report
     from harness.run.scheduler import Scheduler
 
@@ -113,7 +122,7 @@ def build_work(session: Session, work: Work, pool: Any) -> int:
     for unit, result in built:
         builds = (result.builds if result else None) or ()
         # a CUDA solution built on a machine without a GPU (--compile-cuda) is built too
-        if result and (result.ok or (result.status == status.NO_GPU and builds)):
+        if result and (result.ok or (result.status == verdicts.NO_GPU and builds)):
             done = ", ".join(b.name + (" cached" if b.cached else "") for b in builds)
             print(f"{unit.label}: built ({done or 'no extension'})")
         else:
@@ -303,13 +312,13 @@ def show_results(session: Session, problem: str, done: list[RunRecord]) -> None:
 def untimed(records: list[RunRecord]) -> str:
     """Why a run's `records` have no timings to compare: checked only, no GPU, or none of
     them passed its checks."""
-    from harness import status
+    from harness import verdicts
 
     if all(r.settings.checking.check_only for r in records):
         return "checked only, no timings to compare"
-    if all(r.status == status.NO_GPU for r in records):
+    if all(r.status == verdicts.NO_GPU for r in records):
         return "nothing timed: its CUDA solutions need a GPU"
-    if not any(r.status == status.OK for r in records):
+    if not any(r.status == verdicts.OK for r in records):
         return "nothing timed: no solution passed its checks"
     return "nothing timed, no timings to compare"
 
@@ -340,3 +349,108 @@ def run_line(folder: Path, run_id: str) -> str:
         return f"{where} (the first timed run of these solutions here)"
     old, new = (shlex.quote(f"{shown}@{run}") for run in (earlier[-1], run_id))
     return f"{where} (compare with: python run.py --compare {old} {new})"
+
+
+@dataclass(frozen=True)
+class Chosen:
+    """The machine folder a command acts on, and why that one (for the line that names it)."""
+
+    folder: Path
+    named: bool  # by --machine-folder; else this machine's own
+
+    @property
+    def shown(self) -> str:
+        return str(typed(self.folder))
+
+    @property
+    def why(self) -> str:
+        if self.named:
+            return "named by --machine-folder"
+        return "this machine's folder; --machine-folder NAME acts on another"
+
+
+def render_folder(where: Chosen) -> None:
+    """Re-render every table, chart and the summary of `where` from its run log."""
+    from harness import record
+    from harness.results import rendering
+
+    folder = where.folder
+    if not (folder / record.LOG_NAME).is_file():
+        raise UserError(
+            f"--render: no recorded runs in {where.shown} ({where.why}); {_others(folder)}"
+        )
+    print(f"rendering {where.shown} ({where.why})", flush=True)
+    written = rendering.render_folder(folder)
+    print(f"rendered {where.shown}: {_names(written)}")
+
+
+def forget_solution(where: Chosen, problem_arg: str, solution: str) -> None:
+    """Drop `solution`'s rows of the problem from the folder `where` names, and re-render it."""
+    from harness import record
+    from harness.results import rendering
+
+    path = Path(problem_arg)  # named as discovery names it; the problem may be gone from disk
+    problem = path.stem if path.suffix == ".py" else path.name
+    folder = where.folder
+    if not _recorded(folder, problem, solution):
+        logged = record.read(folder) if (folder / record.LOG_NAME).is_file() else []
+        shown = {r.solution for r in logged if r.problem == problem}
+        elsewhere = [
+            other.name
+            for other in _folders(folder.parent)
+            if other != folder and _recorded(other, problem, solution)
+        ]
+        hint = (
+            f"it has rows in {', '.join(elsewhere)}: add --machine-folder {elsewhere[0]} to "
+            "forget them there"
+            if elsewhere
+            else "check the names"
+        )
+        raise UserError(
+            f"--forget {solution}: no rows of it for problem {problem!r} in {where.shown} "
+            f"({where.why}; recorded there: {', '.join(sorted(shown)) or 'none'}); {hint}"
+        )
+    print(f"forgetting {solution} of {problem} in {where.shown} ({where.why})", flush=True)
+    try:
+        record.forget(folder, problem, solution)
+        before = _tables(folder, problem)
+        written = [*rendering.render_problem(folder, problem), rendering.render_summary(folder)]
+    except OSError as err:
+        raise UserError(
+            f"--forget: cannot write {where.shown} ({err.strerror or err}); fix its permissions"
+        ) from err
+    removed = [path for path in before if not path.exists()]
+    done = f"rewrote: {_names(written)}" + (f"; removed: {_names(removed)}" if removed else "")
+    print(f"forgot {solution} of {problem} in {where.shown}; {done}")
+
+
+def _recorded(folder: Path, problem: str, solution: str) -> bool:
+    """Whether `folder`'s tables show rows of `solution` for `problem` (without writing)."""
+    from harness import record
+
+    if not (folder / record.LOG_NAME).is_file():
+        return False
+    return bool(record.matching(record.read(folder), problem, solution))
+
+
+def _folders(results_dir: Path) -> list[Path]:
+    from harness import record
+
+    return sorted(p.parent for p in results_dir.glob(f"*/{record.LOG_NAME}"))
+
+
+def _others(folder: Path) -> str:
+    """What else is recorded beside `folder`, and how to name it."""
+    names = [other.name for other in _folders(folder.parent) if other != folder]
+    if not names:
+        return f"nothing is recorded under {typed(folder.parent)} yet"
+    return f"recorded under {typed(folder.parent)}: {', '.join(names)}; pass --machine-folder NAME"
+
+
+def _tables(folder: Path, problem: str) -> list[Path]:
+    """The problem's table, CSV and chart as they are in `folder` now."""
+    return [p for p in (folder / f"{problem}{s}" for s in (".md", ".csv", ".svg")) if p.exists()]
+
+
+def _names(paths: list[Path]) -> str:
+    return ", ".join(p.name for p in paths)

@@ -15,7 +15,7 @@ import re
 import textwrap
 from pathlib import Path
 
-from harness import settings, status
+from harness import settings, verdicts
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_INPUT, EXIT_HARNESS = 0, 1, 2, 3, 4
 EXIT_INTERRUPTED = 130
@@ -144,7 +144,7 @@ def _mode(args: argparse.Namespace) -> str:
 
 def _epilog() -> str:
     statuses = "\n".join(
-        _wrapped(meaning, f"  {name:<14} ", INDENT) for name, meaning in status.MEANING.items()
+        _wrapped(meaning, f"  {name:<14} ", INDENT) for name, meaning in verdicts.MEANING.items()
     )
     exits = "; ".join(f"{code} {meaning}" for code, meaning in EXIT_MEANING.items())
     return f"timing rule:\n{_rule_text()}\n\nstatuses:\n{statuses}\n\n" + _wrapped(

@@ -5,10 +5,22 @@ prints goes to the job's log instead. Whatever happens to the worker, a compile 
 exception, a segfault, `os._exit`, a hang, this returns a Judged with a status. A worker
 that fails before any of the solution's code runs (it cannot write its log, it dies while
 starting) is the harness's failure, not the solution's: its result is marked `harness_error`
-(harness.measure.judged.harness_failure), and the session records no verdict from it.
+(harness.measure.messages.harness_failure), and the session records no verdict from it.
 
 Time limits: the load step (import, where extensions usually build) and any build started later
 get `build_s`; the check and time steps get `run_s` each.
+
+The pool's builds, held still while a timing runs, so that a run can judge while it builds.
+
+A build is a worker process and what it starts: ninja, and the compilers ninja starts, each in
+a process group of its own (ninja's doing), so a signal to the worker's group would miss them.
+Holding stops every process of each build's tree (SIGSTOP, parents before children, so that none
+starts another meanwhile; the tree is walked again until nothing new turns up) and letting go
+continues them all (SIGCONT). A stopped compiler is stopped between two instructions: it resumes
+where it was, and only its wall time grows (its limit is --build-timeout's, far above a timing).
+While any slot times, a build that starts is stopped at once. Linux only (/proc); elsewhere,
+and where /proc cannot be read, nothing is held and a run waits for its builds instead
+(`can_hold`).
 """
 
 from __future__ import annotations
@@ -18,6 +30,8 @@ import multiprocessing
 import os
 import shutil
 import signal
+import subprocess
+import threading
 import time
 from collections.abc import Callable
 from dataclasses import replace
@@ -25,25 +39,27 @@ from multiprocessing import resource_tracker
 from pathlib import Path
 from typing import Any
 
-from harness import status
+from harness import verdicts
 from harness.measure import pch, worker
-from harness.measure.events import (
+from harness.measure.messages import (
     BuildEnd,
     BuildStart,
     Done,
     Event,
     Imported,
+    Judged,
     OnCase,
     Phase,
     ReadyToTime,
     Tick,
     Warm,
     Warmed,
+    failure,
+    harness_failure,
 )
-from harness.measure.judged import Judged, failure, harness_failure
-from harness.measure.spare import waiting
-from harness.run import ending, sandboxing, staging
-from harness.run.holding import Held
+from harness.measure.worker import waiting
+from harness.run import sandboxing
+from harness.run.ending import PROC, children, end_tree, tree
 from harness.settings import Limits
 
 POLL_S = 0.25  # how often the parent looks at the worker
@@ -51,7 +67,7 @@ JOIN_S = 10.0  # how long a finished worker may take to exit
 
 
 class Spare:
-    """A worker started ahead of its job (harness.measure.spare): it imports torch and the
+    """A worker started ahead of its job (harness.measure.worker): it imports torch and the
     harness (seconds) while the slot's current jobs run, warms up on the device when told (never
     while a job times), then waits for its job. It is the fresh process a job would get
     otherwise, with its start done, or under way; a spare that died meanwhile is not used."""
@@ -128,7 +144,7 @@ def run_isolated(
     phase, case, build and tick events. The result says where the worker ended, however it
     ended: its last `phase` ("load", "check", "time") and the `case` (or benchmark) of that
     phase it had reached, or None; and the seconds spent in each phase (`phase_s`; in the
-    sandbox, "stage" is the harness's copying in and out, harness.run.staging).
+    sandbox, "stage" is the harness's copying in and out, harness.run.sandboxing).
     `before_timing` runs when the worker is about to time, which it does once that returns.
     A build job's worker is in `held` while it runs (stopped while a timing runs)."""
     box = sandboxing.active
@@ -139,7 +155,7 @@ def run_isolated(
     began = time.monotonic()  # staging in: the sandbox's copying, not a dead spare's close
     try:
         scratch = scratch or (box.scratch() if box else None)
-        staged = staging.stage(job, scratch, box.links) if box and scratch else job
+        staged = sandboxing.stage(job, scratch, box.links) if box and scratch else job
     except OSError as err:  # the harness's folder, not the solution: no verdict on it
         return harness_failure(f"cannot prepare the worker's scratch folder: {err}")
     staging_s = time.monotonic() - began
@@ -180,7 +196,7 @@ def _end(process: Any) -> None:
     """Kill a job's worker, and first what it started (ninja and its compilers, which a killed
     worker would leave running)."""
     if process.is_alive():
-        ending.end_tree(process.pid)
+        end_tree(process.pid)
         process.kill()
 
 
@@ -188,7 +204,7 @@ def _serve(scratch: Path, job: worker.Job, held: Held | None) -> None:
     """What a sandboxed worker's folder asks of the harness as it runs: its log followed, and
     a precompiled header its build wants made (a compile too: held as the builds are)."""
     with contextlib.suppress(OSError):  # its end says why, where it cannot be written
-        staging.follow(scratch, job)
+        sandboxing.follow(scratch, job)
         maker = pch.answer(scratch, job.settings.places.build_dir)
         if maker is not None and held is not None:
             held.follow(maker)
@@ -214,7 +230,7 @@ def _taken_out(job: worker.Job, pid: int, scratch: Path, judged: Judged, staged_
     with contextlib.suppress(OSError):
         os.killpg(pid, signal.SIGKILL)  # its group (the launcher's setpgid)
     began = time.monotonic()
-    judged = staging.finish(job, scratch, judged)
+    judged = sandboxing.finish(job, scratch, judged)
     if judged.phase_s is None:
         return judged
     stage = round(staged_s + time.monotonic() - began, 3)
@@ -308,7 +324,7 @@ def _timed_out(step: str, limit: float, case: str | None, flag: str) -> Judged:
     """The timeout verdict: which step, its limit, the case a check was on, and the flag."""
     where = f" in case {case!r}" if case is not None and step == "check" else ""
     detail = f"{step} step ran past its {limit:g} s limit{where} ({flag} SECONDS sets it)"
-    return failure(status.TIMEOUT, detail)
+    return failure(verdicts.TIMEOUT, detail)
 
 
 def _died(process: Any, log: Path, phase: str) -> Judged:
@@ -325,7 +341,7 @@ def _died(process: Any, log: Path, phase: str) -> Judged:
     if phase == "start":
         return harness_failure(f"the worker {how} before it began its job{ends}")
     guess = "" if code is not None and code < 0 else " (os._exit?)"
-    return failure(status.CRASHED, f"worker {how}{guess}{ends}")
+    return failure(verdicts.CRASHED, f"worker {how}{guess}{ends}")
 
 
 def last_clue(log: Path, max_chars: int = 160) -> str:
@@ -339,3 +355,92 @@ def last_clue(log: Path, max_chars: int = 160) -> str:
     errors = [line for line in lines if "rror" in line]
     best = fatal[:1] or errors[-1:]
     return best[0][:max_chars] if best else ""
+
+
+WALKS = 3  # walks of a tree after stopping what the last found: a process forked meanwhile
+
+
+def can_hold() -> bool:
+    """Whether this host lets a pool find and stop a build's processes."""
+    return (PROC / str(os.getpid()) / "stat").exists()
+
+
+class Held:
+    """The build workers of a pool (by pid), and how many timings hold them now."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._builds: set[int] = set()
+        self._holders = 0
+        self._stopped: set[int] = set()  # every process stopped by the present hold
+
+    def add(self, pid: int) -> None:
+        """A build worker started: stopped at once when a timing holds the builds."""
+        with self._lock:
+            self._builds.add(pid)
+            if self._holders:
+                self._stopped |= _stop_trees([pid])
+
+    def follow(self, process: subprocess.Popen[bytes]) -> None:
+        """A process started for the builds (a precompiled header's compile): held as a build
+        until it ends."""
+        self.add(process.pid)
+
+        def ended() -> None:
+            process.wait()
+            self.discard(process.pid)
+
+        threading.Thread(target=ended, daemon=True).start()
+
+    def discard(self, pid: int) -> None:
+        """A build worker ended (its processes are killed with it)."""
+        with self._lock:
+            self._builds.discard(pid)
+
+    def hold(self) -> None:
+        """A timing begins: stop every build's processes (the first holder stops them)."""
+        with self._lock:
+            self._holders += 1
+            if self._holders == 1:
+                self._stopped |= _stop_trees(self._builds)
+
+    def release(self) -> None:
+        """A timing ended: the last holder continues every process the hold stopped."""
+        with self._lock:
+            self._holders = max(0, self._holders - 1)
+            if self._holders:
+                return
+            for pid in self._stopped:
+                _signal(pid, signal.SIGCONT)
+            self._stopped = set()
+
+    def close(self) -> None:
+        """The run ends: continue whatever is stopped, whoever holds it."""
+        with self._lock:
+            self._holders = 1
+        self.release()
+
+
+def _stop_trees(roots: set[int] | list[int]) -> set[int]:
+    """Stop each of `roots` and every process under them, parents first; the pids stopped.
+    Each walk reads /proc once, for every tree at once."""
+    stopped: set[int] = set()
+    for _ in range(WALKS):
+        under = children()
+        found = [pid for root in roots for pid in tree(root, under)]
+        found = [pid for pid in found if pid not in stopped]
+        if not found:
+            break
+        for pid in found:
+            if _signal(pid, signal.SIGSTOP):
+                stopped.add(pid)
+    return stopped
+
+
+def _signal(pid: int, number: int) -> bool:
+    """Send `number` to `pid`; False when it is gone (or not ours)."""
+    try:
+        os.kill(pid, number)
+    except (ProcessLookupError, PermissionError):
+        return False
+    return True

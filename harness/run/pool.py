@@ -5,6 +5,9 @@ A build job (harness.measure.worker.build_only) sees no GPU, so builds never sha
 a timing. A slot's device is the only one its jobs use: with `--gpus 0,1` two solutions are
 judged at once, each timed on a GPU of its own. harness.run.raypool has the same interface on a
 Ray cluster.
+
+The pool's builds, held still while a timing runs, so that a run can judge while it builds.
+
 """
 
 from __future__ import annotations
@@ -18,18 +21,17 @@ from pathlib import Path
 
 import torch
 
-from harness.errors import UserError
-from harness.measure.events import Event, OnEvent
-from harness.measure.judged import Judged
+from harness.measure.messages import Event, Judged, OnEvent
 from harness.measure.worker import Job
 from harness.record import Machine
-from harness.run import holding, isolate, machine, plants, sandboxing, staging
-from harness.run.holding import Held
+from harness.run import isolate, machine, sandboxing
+from harness.run.isolate import Held, can_hold
 from harness.settings import REPO
+from harness.verdicts import UserError
 
 COMPILES_PER_BUILD = "2"  # MAX_JOBS: the compile steps one build runs at once (ninja -j)
 # Spare workers a GPU slot keeps started ahead of its jobs (`spares_ahead`): a spare's imports
-# and warm-up (harness.measure.spare) take longer than a job's check and timing; they go on
+# and warm-up (harness.measure.worker) take longer than a job's check and timing; they go on
 # only while no timing runs (paused during one), several at once, so each has the windows of
 # the jobs before its own (docs/scale.md: with fewer, the spares set a sweep's pace).
 SPARES_MAX = 6
@@ -46,14 +48,14 @@ def execute(
 ) -> Judged:
     """Run `job` in a worker (`spare`, where given); a module it planted where Python imports
     from (`folders`, and this process's import path) is removed, and rejects it
-    (harness.run.plants), however the job ended (also when the run stops it)."""
-    watched = plants.ImportPath(folders)
+    (harness.run.sandboxing), however the job ended (also when the run stops it)."""
+    watched = sandboxing.ImportPath(folders)
     try:
         result = isolate.run_isolated(job, on_event, spare, before_timing, held)
     finally:
         planted = watched.remove_planted()
     if planted:
-        result = plants.rejected(result, planted)
+        result = sandboxing.rejected(result, planted)
     return result
 
 
@@ -151,9 +153,9 @@ class LocalPool:
     """Builds in `build_jobs` worker processes at once; one slot per device in `devices`."""
 
     def __init__(self, devices: list[str], build_jobs: int) -> None:
-        # Builds are stopped while a slot times (harness.run.holding), so that judging need
+        # Builds are stopped while a slot times (harness.run.isolate), so that judging need
         # not wait for them; where they cannot be, a run that times waits for every build.
-        self.held = Held() if holding.can_hold() else None
+        self.held = Held() if can_hold() else None
         self.slots = [LocalSlot(device, self.held, sharing=len(devices)) for device in devices]
         self.build_jobs = build_jobs
         os.environ.setdefault("MAX_JOBS", COMPILES_PER_BUILD)  # workers inherit it
@@ -171,7 +173,7 @@ class LocalPool:
         """Whether the solution's build is whole in the cache, so that a build job would only
         load it (a worker's start, seconds): known in the sandbox, where the harness publishes
         each build with its modules' digests and stages it for the judge (staging.intact)."""
-        return sandboxing.active is not None and staging.intact(staging.cache_folder(job))
+        return sandboxing.active is not None and sandboxing.intact(sandboxing.cache_folder(job))
 
     def close(self) -> None:
         """Drop the builds not started (the running ones end with their workers), and the

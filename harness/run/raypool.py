@@ -11,13 +11,22 @@ import the harness from it: PYTHONPATH), and the problems and solutions at the p
 names them by (a shared filesystem, or the same checkout everywhere); run.py runs on a host of
 the cluster. --build-dir and --log-dir name a folder on each host.
 
-Builds and logs travel between hosts as harness.run.shipping says.
+Builds and logs travel between hosts as harness.run.raypool says.
 
 The sandbox (--sandbox, harness.run.sandboxing) is the run's on every host: this process makes
 its rules from the run's folders, solutions and problems (`RayPool.sandbox`), and each judging
 actor and build task makes it the active one of its process before its first job, as a local
 run does, and says where it cannot ('required' then refuses: the run does not start, or a
 build is not run).
+
+A build and a log sent between the hosts of a Ray cluster (harness.run.raypool).
+
+A build made on one host is of no use to a judge on another: the build task packs its build
+folder (tar, into Ray's object store), and a judge whose cache lacks that folder unpacks it
+there first, mtimes kept, so ninja finds the build up to date (a build for another torch or
+target has another folder name, and is not unpacked). A worker's log is written where it ran;
+where the driver's host lacks it, it is written there from a copy that comes back with the
+result.
 """
 
 from __future__ import annotations
@@ -25,26 +34,29 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import functools
+import io
 import logging
 import os
+import shutil
 import socket
 import sys
+import tarfile
 import threading
 import time
 from collections import deque
+from collections.abc import Callable
 from concurrent.futures import Future
 from pathlib import Path
 from typing import Any
 
-from harness.errors import HarnessError, UserError
-from harness.measure.events import Event, OnEvent, Tick
-from harness.measure.judged import Judged, harness_failure
+from harness.measure.messages import Event, Judged, OnEvent, Tick, harness_failure
 from harness.measure.worker import Job
 from harness.record import Machine
-from harness.run import sandboxing, shipping, staging
+from harness.run import sandboxing
 from harness.run.pool import COMPILES_PER_BUILD, LocalSlot, execute
 from harness.sandbox import Policy
 from harness.settings import REPO
+from harness.verdicts import HarnessError, UserError
 
 INSTALL = "pip install -r requirements-ray.txt"
 START = (
@@ -201,7 +213,7 @@ class RayPool:
     holds_builds = False  # a build task runs on another host: the run waits for builds
 
     def built(self, job: Job) -> bool:
-        """Never: a judge gets its build from the build task, packed (harness.run.shipping)."""
+        """Never: a judge gets its build from the build task, packed (harness.run.raypool)."""
         return False
 
     def build(self, job: Job, folders: list[Path], on_event: OnEvent) -> Future[Judged]:
@@ -234,7 +246,7 @@ class RayPool:
             done = self._running.pop(ref, None)
         if done is not None and done.set_running_or_notify_cancel():
             try:
-                done.set_result(shipping.landed(finished.result(), job))
+                done.set_result(landed(finished.result(), job))
             except BaseException as err:
                 done.set_exception(HarnessError(f"a Ray build task failed: {_first_line(err)}"))
         self._submit()
@@ -285,7 +297,7 @@ class RaySlot:
         except BaseException:  # stopped: the actor stops its worker (Judge.run)
             ray.cancel(call)
             raise
-        return shipping.landed(result, job)
+        return landed(result, job)
 
 
 class Judge:
@@ -320,13 +332,13 @@ class Judge:
         import ray
 
         if packed[0] is not None:
-            shipping.restore(staging.cache_folder(job), lambda: ray.get(packed[0]))
+            restore(sandboxing.cache_folder(job), lambda: ray.get(packed[0]))
 
         def stop_when_cancelled(event: Event) -> None:
             if ray.get_runtime_context().is_canceled():  # raised in the watch: the worker dies
                 raise InterruptedError("the run stopped")
 
-        return shipping.with_log(self.slot.run(job, folders, stop_when_cancelled, more), job)
+        return with_log(self.slot.run(job, folders, stop_when_cancelled, more), job)
 
 
 def build_remotely(
@@ -342,9 +354,9 @@ def build_remotely(
         if why and mode == "required":
             return harness_failure(f"on {socket.gethostname()}: {why}"), None
     result = execute(job, folders, lambda event: None)
-    folder = staging.cache_folder(job)
-    packed = shipping.pack(folder) if result.ok else None
-    return shipping.with_log(result, job), (folder.name, packed) if packed else None
+    folder = sandboxing.cache_folder(job)
+    packed = pack(folder) if result.ok else None
+    return with_log(result, job), (folder.name, packed) if packed else None
 
 
 def shipped_key(job: Job) -> tuple[str, str, str]:
@@ -372,3 +384,76 @@ def _kill(ray: Any, actors: list[Any]) -> None:
     for actor in actors:
         with contextlib.suppress(Exception):
             ray.kill(actor)
+
+
+LOG_MAX_BYTES = 1 << 20  # the end of a longer log comes back
+SHIP_MAX_BYTES = 512 << 20  # a bigger build folder is not shipped: its judge builds it again
+SAFE: dict[str, Any] = {"filter": "data"} if hasattr(tarfile, "data_filter") else {}  # 3.10.12+
+# A file's mtime to the nanosecond, in its pax header: tar's own is a float, and ninja finds a
+# build out of date when an output's mtime moved by a few nanoseconds (its deps log says when).
+MTIME_NS = "KERNELBENCH.mtime_ns"
+
+
+def pack(folder: Path) -> bytes | None:
+    """`folder`'s files as a gzipped tar (mtimes kept), or None where it holds none or more
+    than SHIP_MAX_BYTES."""
+    if not folder.is_dir():
+        return None
+    sizes = [p.stat().st_size for p in folder.rglob("*") if p.is_file() and not p.is_symlink()]
+    if not sizes or sum(sizes) > SHIP_MAX_BYTES:
+        return None
+
+    def exact(info: tarfile.TarInfo) -> tarfile.TarInfo:
+        info.pax_headers = {MTIME_NS: str(os.lstat(folder / info.name).st_mtime_ns)}
+        return info
+
+    buffer = io.BytesIO()
+    with tarfile.open(fileobj=buffer, mode="w:gz", format=tarfile.PAX_FORMAT) as tar:
+        tar.add(folder, arcname=".", filter=exact)
+    return buffer.getvalue()
+
+
+def restore(folder: Path, fetch: Callable[[], Any]) -> bool:
+    """Unpack the build that `fetch()` returns, (folder name, tar bytes) or None, as `folder`
+    where this host's cache lacks it (missing or empty) and the name is `folder`'s; whether it
+    did. Unpacked beside it, then renamed into place, so no judge sees half a folder."""
+    if folder.is_dir() and any(folder.iterdir()):
+        return False
+    shipped = fetch()
+    if shipped is None or shipped[0] != folder.name:
+        return False
+    folder.parent.mkdir(parents=True, exist_ok=True)
+    part = folder.parent / f".{folder.name}.{os.getpid()}.{threading.get_ident()}.part"
+    try:
+        with tarfile.open(fileobj=io.BytesIO(shipped[1]), mode="r:gz") as tar:
+            tar.extractall(part, **SAFE)
+            for member in reversed(tar.getmembers()):  # a folder after what it holds
+                ns = int(member.pax_headers[MTIME_NS])
+                os.utime(part / member.name, ns=(ns, ns), follow_symlinks=False)
+        os.rename(part, folder)  # over an empty folder too
+    except (OSError, tarfile.TarError, KeyError, ValueError):  # or another judge was first
+        return False
+    finally:
+        shutil.rmtree(part, ignore_errors=True)
+    return True
+
+
+def with_log(result: Judged, job: Job) -> Judged:
+    """`result` with the end of the job's log, for a driver on another host."""
+    try:
+        with open(job.log_path, "rb") as log:
+            log.seek(max(0, os.fstat(log.fileno()).st_size - LOG_MAX_BYTES))
+            return dataclasses.replace(result, ray_log=log.read())
+    except OSError:
+        return result
+
+
+def landed(result: Judged, job: Job) -> Judged:
+    """The result as it came back, its log written where this host lacks it."""
+    text, result = result.ray_log, dataclasses.replace(result, ray_log=None)
+    log = Path(job.log_path)
+    if text is not None and not log.exists():
+        with contextlib.suppress(OSError):  # an unwritable log folder stops the run elsewhere
+            log.parent.mkdir(parents=True, exist_ok=True)
+            log.write_bytes(text)
+    return result

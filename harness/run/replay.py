@@ -12,13 +12,19 @@ from __future__ import annotations
 import shlex
 from pathlib import Path
 
-from harness import status
+from harness import verdicts
 from harness.record import RunRecord
 from harness.run.discovery import GPUCODEFORCES_REFERENCE, REFERENCE_FILE, ProblemSource
 from harness.settings import REPO, changed_flags, typed
 
 REPLAYED = frozenset(
-    {status.INCORRECT, status.REJECTED, status.CRASHED, status.RUNTIME_ERROR, status.TIMEOUT}
+    {
+        verdicts.INCORRECT,
+        verdicts.REJECTED,
+        verdicts.CRASHED,
+        verdicts.RUNTIME_ERROR,
+        verdicts.TIMEOUT,
+    }
 )
 PROBLEMS_DIR = REPO / "problems"  # where run.py looks a problem's name up
 DEFAULT_DEVICE = "cuda:0"  # what run.py picks on a machine with a GPU
@@ -41,7 +47,7 @@ def command(
     """The command line that replays `ran`, or None when its status is not a failure to replay.
     `phase` and `case` say where the worker was when it failed (harness.run.isolate); a run
     that recorded nothing (--no-record) is replayed without recording too."""
-    if ran.status not in REPLAYED or (ran.status == status.TIMEOUT and phase not in STEPS):
+    if ran.status not in REPLAYED or (ran.status == verdicts.TIMEOUT and phase not in STEPS):
         return None  # not a failure, or a build that ran too long: nothing of the run to replay
     settings = ran.settings
     checking = settings.checking

@@ -18,9 +18,8 @@ from typing import TYPE_CHECKING, Protocol, TextIO, TypeVar
 
 from tqdm import tqdm
 
-from harness import status
-from harness.measure.events import OnEvent
-from harness.measure.judged import Judged
+from harness import verdicts
+from harness.measure.messages import Judged, OnEvent
 from harness.results import report
 from harness.run.progress import QUIET_S, Progress, built_line
 from harness.stats import geomean
@@ -195,7 +194,7 @@ class SweepReport(Report):
         with self.lock:
             self.judging_now.discard(id(unit))
             self.done += 1
-            self.failed += ran.status not in status.PASSING
+            self.failed += ran.status not in verdicts.PASSING
         self.note(f"{unit.label}: {verdict_line(ran)}")
         if self.bar is not None:
             self.bar.update(1)
@@ -249,6 +248,6 @@ def verdict_line(ran: RunRecord) -> str:
     speedups = [report.bench_speedup(bench).value for bench in ran.benchmarks]
     if speedups:
         line += f" {geomean(speedups):.2f}x over eager ({len(speedups)} shape(s))"
-    if ran.status not in status.PASSING and ran.detail:
+    if ran.status not in verdicts.PASSING and ran.detail:
         line += f": {ran.detail[:DETAIL_CHARS]}"
     return line

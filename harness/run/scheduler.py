@@ -11,7 +11,7 @@ settings (harness.run.resume).
 Builds must not share the host's cores with timed calls: on a CPU those are the whole call; on
 a GPU it is the host time that the per-call figures and the KernelBench profile's timer include
 (docs/scale.md). So this host's pool stops every build's processes while a slot times
-(harness.run.holding) and judges as each is built; a pool that cannot (Ray's, or without
+(harness.run.isolate) and judges as each is built; a pool that cannot (Ray's, or without
 /proc) judges a run that times once every build is done.
 """
 
@@ -25,11 +25,9 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Protocol
 
-from harness import status, toolchain
-from harness.errors import ProblemRefused, UserError
+from harness import toolchain, verdicts
 from harness.loading import Problem
-from harness.measure.events import Event, OnEvent
-from harness.measure.judged import Judged, failure
+from harness.measure.messages import Event, Judged, OnEvent, failure
 from harness.measure.worker import Job
 from harness.record import RunRecord
 from harness.results.baselines import Baseline
@@ -38,6 +36,7 @@ from harness.run.auditing import Preparing
 from harness.run.discovery import ProblemSource, builds_at_import
 from harness.run.reporting import FirstWait, Report
 from harness.run.session import Session, harness_checked
+from harness.verdicts import ProblemRefused, UserError
 
 JOIN_S = 0.5  # how often the waiting main thread wakes (for Ctrl-C)
 Work = list[tuple[ProblemSource, list[Path]]]
@@ -58,7 +57,7 @@ class Slot(Protocol):
 
 class Pool(Protocol):
     slots: list[Any]
-    holds_builds: bool  # builds are stopped while a slot times (harness.run.holding)
+    holds_builds: bool  # builds are stopped while a slot times (harness.run.isolate)
 
     def build(self, job: Job, folders: list[Path], on_event: OnEvent) -> Future[Judged]: ...
 
@@ -160,7 +159,7 @@ class Scheduler:
             self._wait(lambda: all(f.done() for f in builds))
         finally:
             self._close()
-        nothing = Judged(status.OK, "nothing to build")
+        nothing = Judged(verdicts.OK, "nothing to build")
         return [(u, u.built or u.result or nothing) for u in self.units]
 
     def _queue(
@@ -231,9 +230,9 @@ class Scheduler:
         """Whether the build job's verdict stands without a judge (worker.build_only)."""
         if built.harness_error or built.ok:
             return False
-        if built.status in (status.COMPILE_ERROR, status.NO_GPU, status.REJECTED):
+        if built.status in (verdicts.COMPILE_ERROR, verdicts.NO_GPU, verdicts.REJECTED):
             return True
-        if built.status == status.TIMEOUT and built.detail.startswith("build step"):
+        if built.status == verdicts.TIMEOUT and built.detail.startswith("build step"):
             return True
         return self.session.device.type == "cpu"
 
@@ -298,7 +297,7 @@ class Scheduler:
                     self._count_done(unit)
                 self.report.dropped(unit)
                 return
-            result = failure(status.PROBLEM_ERROR, f"not judged: {prepared}")
+            result = failure(verdicts.PROBLEM_ERROR, f"not judged: {prepared}")
         else:
             problem, cases = prepared
         if result is None:

@@ -9,21 +9,20 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from harness import files, record, status, toolchain
-from harness.errors import HarnessError, ProblemRefused, UserError
+from harness import files, record, toolchain, verdicts
 from harness.loading import Problem, load_problem
 from harness.measure import roofline
-from harness.measure.judged import Judged, failure
+from harness.measure.messages import Judged, failure
 from harness.measure.worker import Job, cuda_not_asked
 from harness.record import BenchRow, Ceiling, Finding, Machine, RunRecord
 from harness.results import baselines, rendering, report
 from harness.results.baselines import Baseline, BaselineKey, MeasuredBy
 from harness.run import machine, ncu, replay, scan
-from harness.run.audit_cache import AuditCache
-from harness.run.auditing import Auditing, RunJob
+from harness.run.auditing import AuditCache, Auditing, RunJob
 from harness.run.discovery import ProblemSource, missing_model_new
 from harness.run.progress import Progress
 from harness.settings import REPO, Places, Settings, typed
+from harness.verdicts import HarnessError, ProblemRefused, UserError
 
 
 class Session:
@@ -142,7 +141,7 @@ class Session:
     def prepare(self, source: ProblemSource, run_job: RunJob) -> tuple[Problem, int]:
         """The problem, loaded and audited once (on a GPU in a worker, by `run_job`), and how
         many of its cases are checked; its audit's weaknesses are kept for its records. A
-        problem of its own fault (harness.errors.ProblemRefused) or a --case it lacks
+        problem of its own fault (harness.verdicts.ProblemRefused) or a --case it lacks
         (UserError) is refused."""
         try:
             problem = load_problem(source.name, source.reference)  # a bad file fails here, once
@@ -204,7 +203,7 @@ class Session:
         solution on the CPU that an earlier record says is `no_gpu` here; else None."""
         reason = missing_model_new(solution)
         if reason:
-            return failure(status.LOAD_ERROR, reason)
+            return failure(verdicts.LOAD_ERROR, reason)
         return self._known_no_gpu(content)
 
     def record_for(
@@ -290,16 +289,16 @@ class Session:
             earlier = record.read(self.folder) if log.exists() else []
             self._earlier = {r.solution_hash: r for r in earlier}
         last = self._earlier.get(content)
-        if last is None or last.status != status.NO_GPU:
+        if last is None or last.status != verdicts.NO_GPU:
             return None
         skipped = cuda_not_asked(self.device, self.settings)
         compiled = [b.name for b in last.builds or () if b.cuda]
         if skipped and (compiled or last.detail.startswith("not compiled: ")):
-            return failure(status.NO_GPU, f"not compiled: {skipped}")
+            return failure(verdicts.NO_GPU, f"not compiled: {skipped}")
         if compiled and last.settings.arch == self.settings.arch:
             names = ", ".join(compiled)
             detail = f"{names} compiled by run {last.run_id}; not run: no CUDA device"
-            return replace(failure(status.NO_GPU, detail), builds=last.builds)
+            return replace(failure(verdicts.NO_GPU, detail), builds=last.builds)
         return None
 
     def compile_baselines(
@@ -346,7 +345,7 @@ class Session:
 
 
 def harness_checked(result: Judged, job: Job) -> Judged:
-    """`result`, unless the harness failed the job (harness.measure.judged.harness_failure):
+    """`result`, unless the harness failed the job (harness.measure.messages.harness_failure):
     then a HarnessError, so that no verdict is recorded against the solution."""
     if not result.harness_error:
         return result
@@ -375,7 +374,7 @@ def summary(ran: RunRecord) -> str:
 
 
 def passed(ran: RunRecord) -> bool:
-    return ran.status in status.PASSING
+    return ran.status in verdicts.PASSING
 
 
 def _now() -> str:

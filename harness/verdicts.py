@@ -1,4 +1,6 @@
-"""Every rule that rejects a solution, and every flag a table's row can carry, declared once:
+"""The verdicts a solution can get, and what each means (the README's table comes from here).
+
+Every rule that rejects a solution, and every flag a table's row can carry, declared once:
 its name, what it means, and the module that decides it.
 
 A rejection names its rule in the row's detail (`[rule: late_work]`) and in the record's
@@ -6,11 +8,43 @@ A rejection names its rule in the row's detail (`[rule: late_work]`) and in the 
 docs/anticheat.md (rules) and docs/results.md (flags) are rendered from these
 (`markdown_table`), and tests/test_rules.py holds the pages, this registry and the code that
 raises each rule equal.
+
+Errors that reach the user as one line.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+
+OK = "ok"
+INCORRECT = "incorrect"
+COMPILE_ERROR = "compile_error"
+LOAD_ERROR = "load_error"
+RUNTIME_ERROR = "runtime_error"
+CRASHED = "crashed"
+TIMEOUT = "timeout"
+NO_GPU = "no_gpu"
+PROBLEM_ERROR = "problem_error"
+REJECTED = "rejected"
+
+MEANING = {
+    OK: "built, correct on every case and trial, and timed",
+    INCORRECT: "ran, but an output differs from the reference (the detail says where)",
+    REJECTED: "broke a rule of fair measurement (changed its inputs, worked after returning, "
+    "replaced a timer, ...): the detail names the rule",
+    COMPILE_ERROR: "an extension failed to build (the detail has the compiler's first error)",
+    LOAD_ERROR: "importing the file or constructing ModelNew raised, or its ModelNew is not a "
+    "class (a syntax error or no top-level ModelNew is refused before any build: exit 3, no row)",
+    RUNTIME_ERROR: "ModelNew raised while running (a CUDA error such as an illegal address too)",
+    CRASHED: "the worker process died: a segfault, a kill, os._exit or sys.exit",
+    TIMEOUT: "a step (build, check or timing) ran past its time limit and was killed",
+    NO_GPU: "a CUDA solution on a machine without a GPU: compiled (or not), not run",
+    PROBLEM_ERROR: "not judged: the reference itself failed (its get_inputs or Model raised, in "
+    "the run or its audit), or --strict-audit refused the problem; the detail says which",
+}
+
+# Statuses that do not fail a run: a CUDA solution cannot run without a GPU.
+PASSING = frozenset({OK, NO_GPU})
 
 
 @dataclass(frozen=True)
@@ -50,10 +84,10 @@ REJECTIONS = {
     ),
     "timer_replaced": Rule(
         "a clock, CUDA timing or synchronisation function, or a comparison of torch was replaced",
-        "measure/integrity.py",
+        "measure/anticheat.py",
     ),
     "harness_replaced": Rule(
-        "a function or class of the harness's own modules was replaced", "measure/integrity.py"
+        "a function or class of the harness's own modules was replaced", "measure/anticheat.py"
     ),
     "unseen_work": Rule(
         "the wall clock saw more time per call than the timer: work the timer did not see",
@@ -68,7 +102,7 @@ REJECTIONS = {
         "measure/profiling.py",
     ),
     "planted_module": Rule(
-        "the solution left a module where later processes import from", "run/plants.py"
+        "the solution left a module where later processes import from", "run/sandboxing.py"
     ),
     "sandbox_network": Rule(
         "in the sandbox, the solution tried to connect, bind or send on an internet socket",
@@ -89,7 +123,7 @@ REJECTIONS = {
     ),
     "sandbox_memory": Rule(
         "in the sandbox, the solution ran out of its heap limit (--memory-gb)",
-        "run/staging.py",
+        "run/sandboxing.py",
     ),
 }
 
@@ -103,12 +137,12 @@ FLAGS = {
     "moved": Rule(
         "under ncu the call moved less than the problem's minimum bytes: skipped work, or a "
         "wrong byte count",
-        "results/flagged.py",
+        "results/report.py",
     ),
     "above_ceiling": Rule(
         "faster than the GPU's copy bandwidth allows: a warm cache, a wrong byte count, or "
         "skipped work",
-        "results/flagged.py",
+        "results/report.py",
     ),
     "synchronizes": Rule(
         "a side waits for the device in each call (timed with its synchronisation)",
@@ -116,14 +150,14 @@ FLAGS = {
     ),
     "host_bound": Rule(
         "the per-call and device speedups part by more than 10%: the side named is host-bound",
-        "measure/percall.py",
+        "measure/benchmarking.py",
     ),
     "launch_bound": Rule(
         "a side's time is near the timer's launch floor (try --graph)", "measure/benchmarking.py"
     ),
     "noisy": Rule(
         "a side's relative standard error ended above 1% (the stop reason says why it stopped)",
-        "results/flagged.py",
+        "results/report.py",
     ),
     "throttled": Rule("the GPU throttled during the row's samples", "measure/gpustate.py"),
     "load": Rule(
@@ -132,7 +166,7 @@ FLAGS = {
     ),
     "compile_mismatch": Rule(
         "torch.compile's output differs from eager's, so there is no 'vs compile'",
-        "results/flagged.py",
+        "results/report.py",
     ),
 }
 
@@ -144,3 +178,34 @@ def markdown_table(rules: dict[str, Rule], what: str) -> str:
         places = ", ".join(f"`harness/{place}`" for place in rule.decided_in.split(", "))
         lines.append(f"| `{name}` | {rule.meaning} | {places} |")
     return "\n".join(lines)
+
+
+class UserError(Exception):
+    """Bad input from the user: an unknown problem, a malformed file, a bad flag.
+
+    The message is one line that says what is wrong and how to fix it; run.py prints it
+    without a traceback and exits with EXIT_INPUT.
+    """
+
+
+class ProblemRefused(UserError):
+    """A problem the run cannot judge, for a fault of its own: its file does not load, its
+    reference fails, or --strict-audit refuses it. A sweep records each of its solutions as
+    `problem_error`, not judged, so that its summary counts them."""
+
+
+class HarnessError(Exception):
+    """The harness itself failed (a folder it cannot write, a bug of its own), not the solution
+    it was running: the run stops with this one line, keeping what was recorded before it, and
+    records no verdict against the solution."""
+
+
+class Verdict(Exception):
+    """Ends a worker's job early with a status, a one-line detail and, for a broken rule of
+    fair measurement (status "rejected"), the rule's short name (`reason`)."""
+
+    def __init__(self, verdict: str, detail: str, reason: str | None = None) -> None:
+        super().__init__(detail)
+        self.status = verdict
+        self.detail = detail
+        self.reason = reason

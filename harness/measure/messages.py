@@ -1,0 +1,164 @@
+"""What a worker sends its parent: events while it works, and what its job ended with.
+
+`Judged` is what a worker's job ended with, as the parent reads it: one type for every job,
+however it ended (a verdict, a crash or a timeout written by the parent, a job that needed no
+worker).
+
+It crosses the worker's pipe and Ray pickled, whole; the parent adds where the worker ended
+(`phase`, `case`, `phase_s`) and where it ran (`machine`), and the run's record takes its
+fields from it (harness.run.session). The jobs that run no solution (the reference tasks of
+harness.measure.worker) answer in fields of their own: `audits`, `ceiling`, `compile_rows`.
+
+What a worker tells the parent while it works, one frozen type per kind of message, sent
+whole through the worker's pipe (harness.run.isolate reads them, harness.run.progress shows
+them). The job's end is `Done`, carrying its Judged; the parent adds `Tick`s of its own.
+
+A spare worker (harness.measure.worker) says `Imported` once its imports are done; it may then
+be told `Warm` before its job, and answers `Warmed`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from harness import verdicts
+from harness.measure.audit import Audited
+from harness.record import BenchRow, Build, Ceiling, CompiledRow, Machine
+
+
+@dataclass(frozen=True)
+class Judged:
+    """A job's result (the module doc)."""
+
+    status: str
+    detail: str = ""
+    checks: int = 0  # correctness checks passed
+    benchmarks: tuple[BenchRow, ...] = ()  # none for a failed solution
+    warnings: tuple[str, ...] = ()
+    reason: str | None = None  # the rule a rejection broke (harness.verdicts)
+    device: str | None = None  # where it ran, when not the run's device
+    builds: tuple[Build, ...] | None = None  # the extensions it built or loaded
+    build_s: float | None = None
+    own_share: float | None = None  # of its device time, in kernels of its own
+    reference_share: float | None = None  # ... in kernels the reference launches too
+    harness_error: bool = False  # the harness failed the job: no verdict on the solution
+    phase: str | None = None  # where the worker ended: its phase, the case it was on,
+    case: str | None = None
+    phase_s: dict[str, float] | None = None  # and the seconds of each phase
+    parts_s: dict[str, float] | None = None  # and of each part within them (harness.parts)
+    machine: Machine | None = None  # the machine it ran on, with its load then
+    ray_log: bytes | None = None  # the end of its log, on its way back from a Ray host
+    audits: dict[str, Audited] | None = None  # task "audit": by problem
+    ceiling: Ceiling | None = None  # task "ceiling"
+    compile_rows: tuple[CompiledRow, ...] = ()  # task "compile_baseline"
+
+    @property
+    def ok(self) -> bool:
+        return self.status == verdicts.OK
+
+
+def failure(verdict: str, detail: str) -> Judged:
+    """A verdict without measurements."""
+    return Judged(verdict, detail)
+
+
+def harness_failure(detail: str) -> Judged:
+    """The result of a job the harness itself failed (its folders, a bug of its own): marked
+    `harness_error`, so the session stops the run instead of recording it as a verdict."""
+    return Judged(verdicts.RUNTIME_ERROR, f"harness error: {detail}", harness_error=True)
+
+
+if TYPE_CHECKING:  # not at run time: harness.run.progress imports this without torch
+    from harness.measure.messages import Judged
+
+
+@dataclass(frozen=True)
+class Phase:
+    """The worker entered a phase: "load", "check" or "time"."""
+
+    phase: str
+
+
+@dataclass(frozen=True)
+class Count:
+    """A phase's count of what it has done (benchmarks timed), out of `total`."""
+
+    done: int
+    total: int
+
+
+@dataclass(frozen=True)
+class OnCase:
+    """The case or benchmark the current phase is on."""
+
+    name: str
+
+
+@dataclass(frozen=True)
+class BuildStart:
+    """An extension build began; `found`: its module lies in its folder (likely only a load)."""
+
+    name: str
+    cuda: bool = False
+    found: bool = False
+
+
+@dataclass(frozen=True)
+class BuildEnd:
+    """An extension build ended; `cached`: nothing was compiled; `hint`: how it could build
+    faster (harness.measure.builds.slow_header)."""
+
+    name: str
+    seconds: float = 0.0
+    cached: bool = False
+    hint: str | None = None
+
+
+@dataclass(frozen=True)
+class ReadyToTime:
+    """The worker waits for the parent's word before it times (harness.run.pool's gate)."""
+
+
+@dataclass(frozen=True)
+class Done:
+    """The job's result: the worker's last message."""
+
+    judged: Judged
+
+
+@dataclass(frozen=True)
+class Tick:
+    """The parent's, each poll of a worker: how long its step has run, the limit that stops it
+    and the flag that sets that limit, and the case a check is on."""
+
+    phase: str
+    building: bool = False
+    elapsed: float = 0.0
+    limit: float | None = None
+    flag: str | None = None
+    case: str | None = None
+
+
+@dataclass(frozen=True)
+class Imported:
+    """From a spare worker: its imports are done; it touched no device yet."""
+
+
+@dataclass(frozen=True)
+class Warm:
+    """To a spare worker: start CUDA on `device` now, before the job comes."""
+
+    device: str
+
+
+@dataclass(frozen=True)
+class Warmed:
+    """A spare's answer to Warm: why warming failed, or None."""
+
+    error: str | None = None
+
+
+Event = Phase | Count | OnCase | BuildStart | BuildEnd | ReadyToTime | Done | Tick
+OnEvent = Callable[[Event], None]
