@@ -6,13 +6,15 @@ run/       the parent process, one per run.py: finds the work and drives it
     flags      every flag of run.py and every exit status, declared once; -h needs no torch
     driving    run.py's runs: which problems and solutions, on which pool, what is printed;
                --render and --forget
-    scheduler  many solutions of many problems at once: builds in a pool, judging on each slot
+    scheduler  many solutions of many problems at once: builds in a pool, judging on each slot;
+               --resume: what is already recorded for the same solution, toolchain, settings
     pool       this host's pool: builds in worker processes, one judging slot per device
     raypool    the same on a Ray cluster (run.py --ray): CPU tasks build, one actor per GPU;
                a build and a log sent between the cluster's hosts
     reporting  what a run tells the user while the scheduler works
-    resume     --resume: what is already recorded for the same solution, toolchain, settings
+    progress   tell the user what a long step is doing
     session    run the solutions of a problem, each in a worker, and record each result
+    scan       a static scan of a solution's source, as warnings
     auditing   the audits of a run's problems: on a GPU all in one worker, warnings and refusals;
                their answers kept across runs in the build cache, by the reference's content
     isolate    spawn the worker with time limits and turn any failure into a status; the
@@ -22,8 +24,6 @@ run/       the parent process, one per run.py: finds the work and drives it
                job's files staged in and out; modules a solution planted, removed
     discovery  find problems and solutions on disk
     machine    describe the machine a run happened on, and its load as each solution starts
-    progress   tell the user what a long step is doing
-    scan       a static scan of a solution's source, as warnings
     ncu        --ncu: have Nsight Compute count the bytes one call moves, as a witness
     replay     the command that replays a failed solution on the case it failed on
 measure/   the worker process, one per solution: builds, checks and times it
@@ -36,10 +36,11 @@ measure/   the worker process, one per solution: builds, checks and times it
     pch        PyTorch's extension header, precompiled once for every build
     checking   build Model and ModelNew alike and check every case, in the reference's mode
     audit      find where a zero, constant or memorised answer would pass a problem (flagged),
-               and refuse a problem whose reference fails
-    trivial    those answers, built and read without output-sized memory
+               and refuse a problem whose reference fails; those answers, built and read
+               without output-sized memory
     kernelbench  --as kernelbench: KernelBench's criterion and timer, reproduced
-    gradients  the backward of a BACKWARD problem: every input's and parameter's gradient
+    gradients  the backward of a BACKWARD problem: every input's and parameter's gradient;
+               the backward passes timed for it
     anticheat  the rules each inspected call must keep (inputs, aliasing, late work, poison);
                clocks, timers and the harness's functions left unreplaced
     feeding    fresh inputs for every timed call, and spot checks of timed outputs
@@ -48,33 +49,31 @@ measure/   the worker process, one per solution: builds, checks and times it
                calls the timer samples; each call timed from an idle device too
     compiled   the torch.compile baseline: eager and the compiled reference side by side
     timing     sample calls side by side under the stopping rule; CUDA-event and wall timers
-    passes     the backward passes timed for a problem whose gradients are judged
     roofline   bytes and FLOPs a problem must move, and the GPU's copy-bandwidth ceiling
     gpustate   SM clock, temperature, throttling, other processes through NVML (read only)
     witness    the one call that ncu counts, in a process of its own (run.py --ncu)
     sandboxed  in the sandbox, name the rule each attempt of a solution meets (an audit hook)
 results/   reads recorded files only (no GPU, no worker): what people read
-    rendering  re-render a results folder (tables, charts, summary), reading its log once
     report     a problem's tables (markdown and CSV): their columns, each row's flags, which
                record of each solution a table shows
-    console    the compact table a run prints, every note in full
-    summary    the summary across problems: scores, best per problem, fast_p
+    summary    the summary across problems (scores, best per problem, fast_p); a results
+               folder re-rendered from its log (tables, charts, summary); the compact table a
+               run prints; a problem's speedups drawn as an SVG (with matplotlib)
     comparison compare two recorded runs, shape by shape: time and speedup ratios, verdicts
     load       the machine's load a run was timed under, and when a row is flagged for it
-    charts     draw a problem's speedups as an SVG (when matplotlib is installed)
     baselines  the torch.compile baseline cache, per GPU and torch version
 
 Shared by all three, importing no wing:
-    settings   the run's settings: declared once, made from the flags, carried whole
+    settings   the run's settings: declared once, made from the flags, carried whole; the
+               tolerance a run may set (without torch, for run.py -h)
     record     the typed record of a run and its benchmark rows; writes and reads the run log
     codec      dataclasses to JSON and back, for the run log, the worker's messages, the specs
     files      locked folders, atomic writes, JSON-lines logs
-    loading    import a reference and read its optional extras (tolerances, cases, benchmarks)
-    inputs     seeded inputs (one seed plan), copied with their exact layout to each side
+    loading    import a reference and read its optional extras (tolerances, cases, benchmarks);
+               seeded inputs (one seed plan), copied with their exact layout to each side
     matching   whether two outputs match, and the one tolerance rule
-    tolerance  the tolerance a run may set, importable without torch (for run.py -h)
-    blocks     a tensor read a block at a time: bounded temporaries for outputs of any size
-    accuracy   the accuracy rule: errors against the reference run in float64, and its own
+    accuracy   the accuracy rule: errors against the reference run in float64, and its own;
+               a tensor read a block at a time (bounded temporaries for outputs of any size)
     stats      a call's raw timings; intervals for medians and speedups, relative standard
                error, geometric mean
     toolchain  CUDA_HOME, target architectures, per-solution build folders

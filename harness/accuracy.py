@@ -21,18 +21,24 @@ The wide runs cost 1 + 2 * DRAWS model calls, so they are made only for a compar
 dtype tolerance rejects (`Exact`). Where they cannot be made (an op without a float64 kernel, a
 model that raises or keeps float32, one that draws random numbers: torch draws others for a
 float64 tensor), the dtype tolerance alone applies and the report says why.
+
+A tensor read a block at a time, so that what the harness computes from an output of any size
+(comparisons, fingerprints, the accuracy rule) needs temporaries of one block, not of the whole.
+
+A block is a view (no copy) of at most BLOCK_ELEMENTS elements, whatever the tensor's strides;
+blocks come in row-major order, so the first elements found in them are the tensor's first.
 """
 
 from __future__ import annotations
 
 import copy
 import math
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
 import torch
 
-from harness.blocks import Index, blocks
 from harness.parts import part
 
 WIDE = torch.float64  # the exact answer's dtype
@@ -265,7 +271,7 @@ MEDIAN_ELEMENTS = 1 << 26  # above this many elements, `typical` is the median o
 
 class Rule:
     """The accuracy rule over one output tensor (see the module doc), a block at a time
-    (harness.blocks): `exact` and the draws' `spread` as Wide.against gives them.
+    (harness.accuracy): `exact` and the draws' `spread` as Wide.against gives them.
 
     `typical`, the median over the tensor of the reference's error and its draws', is exact up
     to MEDIAN_ELEMENTS elements; above, the median of every k-th finite element (k the fewest
@@ -308,3 +314,43 @@ class Rule:
         scale = torch.where(finite, self._scale(index, e), nan)
         allowed = MULTIPLE * scale.clamp_min(self.typical) + FLOOR_ULPS * self.eps * x.abs()
         return Errors(solution, reference, allowed)
+
+
+BLOCK_ELEMENTS = 1 << 24  # a block's elements: a float64 temporary of one is 128 MiB
+Index = tuple[slice, ...]  # a block of a tensor: tensor[index], leading dimensions sliced
+
+
+def blocks(shape: torch.Size | tuple[int, ...], limit: int | None = None) -> Iterator[Index]:
+    """Indices that cover a tensor of `shape` once, in row-major order, each selecting at most
+    `limit` elements (BLOCK_ELEMENTS unless given); a tensor with no element has no block, a
+    scalar one block, `()`."""
+    limit = limit or BLOCK_ELEMENTS
+    if not shape:
+        yield ()
+        return
+    if 0 in shape:
+        return
+    inner = math.prod(shape[1:])
+    if inner <= limit or len(shape) == 1:
+        step = max(1, limit // inner)
+        for start in range(0, shape[0], step):
+            yield (slice(start, min(start + step, shape[0])),)
+        return
+    for first in range(shape[0]):
+        for rest in blocks(shape[1:], limit):
+            yield (slice(first, first + 1), *rest)
+
+
+def offsets(index: Index, dims: int, device: torch.device) -> torch.Tensor:
+    """The position in the whole tensor (of `dims` dimensions) of a block's first element."""
+    starts = [part.start for part in index] + [0] * (dims - len(index))
+    return torch.tensor(starts, dtype=torch.int64, device=device)
+
+
+def first_positions(mask: torch.Tensor, index: Index, count: int) -> list[list[int]]:
+    """The positions in the whole tensor of the first `count` True elements of `mask`, the
+    block at `index`."""
+    if count <= 0 or mask.dim() == 0:
+        return []
+    found = mask.nonzero()[:count]
+    return (found + offsets(index, mask.dim(), found.device)).tolist()

@@ -18,9 +18,9 @@ from typing import Any
 import torch
 
 from harness import accuracy
-from harness.blocks import Index, blocks, first_positions, offsets
+from harness.accuracy import Index, blocks, first_positions, offsets
 from harness.loading import Case, Problem
-from harness.tolerance import Tolerance
+from harness.settings import Tolerance
 
 SHOWN_ELEMENTS = 5  # how many mismatching elements a report names
 
@@ -160,7 +160,7 @@ def tensor_mismatch(
     tolerance: Tolerance = DTYPE_DEFAULT,
     exact: Answer | None = None,
 ) -> str | None:
-    """`mismatch` of two tensors, compared a block at a time (harness.blocks), so that an output
+    """`mismatch` of two tensors, compared a block at a time (harness.accuracy), so that an output
     of any size needs temporaries of one block only."""
     if actual.shape != expected.shape:
         return f"{where}: shape {tuple(actual.shape)}, expected {tuple(expected.shape)}"

@@ -4,6 +4,9 @@ recorded whole with every result.
 Each option is declared once, below, as a field with its default and its help (`option`); run.py
 builds its flags from these declarations, group by group. Adding an option touches its field and
 the code that uses it, nothing in between.
+
+The tolerance a run may set (--atol, --rtol) and the defaults by dtype: plain data,
+importable without torch (so that `run.py -h` needs none); harness.matching applies it.
 """
 
 from __future__ import annotations
@@ -17,8 +20,6 @@ from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
-from harness.tolerance import Tolerance
-
 REPO = Path(__file__).resolve().parent.parent
 FLUSHES = ("read", "write")
 HARNESS, KERNELBENCH = "harness", "kernelbench"  # the profiles a run is judged under (--as)
@@ -27,6 +28,35 @@ SEED_LIMIT = 2**62  # --seed at most this: every seed drawn from it stays within
 # Where builds are cached unless --build-dir says: a folder outside the clone lets a fresh clone
 # (CI's, a second checkout) reuse every build whose sources and toolchain are unchanged.
 BUILD_DIR_VARIABLE = "HARNESS_BUILD_DIR"
+
+
+DEFAULT_TOLERANCE = {
+    "float64": (1e-7, 1e-7),
+    "float32": (1e-4, 1e-4),
+    "float16": (1e-2, 1e-2),
+    "bfloat16": (2e-2, 2e-2),
+}
+FALLBACK_TOLERANCE = (1e-4, 1e-4)
+
+
+@dataclass(frozen=True)
+class Tolerance:
+    """How far a floating-point output may stray: |actual - expected| <= atol + rtol * |expected|.
+
+    A field left None takes the output dtype's default (DEFAULT_TOLERANCE); integer and bool
+    outputs are always compared exactly.
+    """
+
+    atol: float | None = None
+    rtol: float | None = None
+
+    def for_dtype(self, dtype: Any) -> tuple[float, float]:
+        """(atol, rtol) as applied to a floating-point tensor of `dtype` (a torch.dtype)."""
+        name = str(dtype).removeprefix("torch.")
+        default_atol, default_rtol = DEFAULT_TOLERANCE.get(name, FALLBACK_TOLERANCE)
+        atol = default_atol if self.atol is None else self.atol
+        rtol = default_rtol if self.rtol is None else self.rtol
+        return atol, rtol
 
 
 def option(default: Any, help: str, resolved: bool = False, **flag: Any) -> Any:
@@ -96,7 +126,7 @@ class Checking:
         "the public seeds alone)",
         resolved=True,
     )
-    tolerance: Tolerance = Tolerance()  # noqa: RUF009 (frozen: one shared default is safe)
+    tolerance: Tolerance = Tolerance()
     case: str | None = option(
         None,
         "check only the correctness case of this name ('default' is get_inputs' own); the "
@@ -148,7 +178,7 @@ class Checking:
         within("--secret", self.secret, 0)
 
 
-TOLERANCE_FLAGS = {  # Tolerance lives in harness.tolerance, which knows nothing of flags
+TOLERANCE_FLAGS = {  # Tolerance lives in harness.settings, which knows nothing of flags
     "atol": "absolute tolerance, overriding the case's and the problem's",
     "rtol": "relative tolerance, overriding the case's and the problem's",
 }
@@ -396,3 +426,6 @@ def _from_values(cls: type, values: dict[str, Any]) -> Any:
 def draw_secret(given: int | None) -> int:
     """The run's secret: the one given, else a fresh random one (never 0, the public seeds)."""
     return given if given is not None else secrets.randbelow(2**48) + 1
+
+
+# (atol, rtol) for a floating-point output, by the name of its dtype (torch.float32 -> float32)

@@ -34,7 +34,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from harness import accuracy
 from harness.matching import mismatch
-from harness.measure import anticheat, kernelbench, trivial
+from harness.measure import anticheat, audit, kernelbench
 
 GIB = 1 << 30
 
@@ -103,8 +103,8 @@ def main() -> None:
         measured(
             "audit",
             lambda: (
-                mismatch(expected, trivial.zeros(expected)) is None,
-                mismatch(expected, trivial.expanded(trivial.constant(expected), expected)) is None,
+                mismatch(expected, audit.zeros(expected)) is None,
+                mismatch(expected, audit.expanded(audit.constant(expected), expected)) is None,
             ),
             device,
         )

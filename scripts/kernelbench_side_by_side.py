@@ -239,7 +239,7 @@ def _one_pair(
         raise RuntimeError("KernelBench could not load the problem (its load returned None)")
     model, get_init_inputs, drawn_on_host = loaded
 
-    def get_inputs() -> Any:  # drawn on the GPU, as the harness draws them (harness.inputs)
+    def get_inputs() -> Any:  # drawn on the GPU, as the harness draws them (harness.loading)
         with torch.device(device):
             return drawn_on_host()
 

@@ -52,7 +52,7 @@ import suite_kernels
 import suite_sources
 
 from harness import verdicts
-from harness.tolerance import DEFAULT_TOLERANCE
+from harness.settings import DEFAULT_TOLERANCE
 
 KIND_SHARES = {"cuda_ok": 12, "cpu_ok": 3, "wrong": 3, "crash": 2}  # out of their sum
 KIND_STATUS = {  # kind: (status on a machine without a GPU, status on one with a GPU)

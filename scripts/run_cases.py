@@ -20,8 +20,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from harness.inputs import make_init_inputs, make_inputs
-from harness.loading import import_file, load_problem
+from harness.loading import import_file, load_problem, make_init_inputs, make_inputs
 from harness.toolchain import arch_list, use_build_cache
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -12,8 +12,7 @@ import torch
 import torch.nn as nn
 
 from harness import verdicts
-from harness.inputs import seed_everything
-from harness.loading import Case, Problem, load_problem
+from harness.loading import Case, Problem, load_problem, seed_everything
 from harness.matching import mismatch
 from harness.measure.audit import (
     REJECT,
@@ -23,12 +22,14 @@ from harness.measure.audit import (
     Audited,
     audit_each,
     audit_problem,
+    constant,
+    expanded,
     refused,
     render_findings,
+    zeros,
 )
 from harness.measure.checking import Verdict, check_cases
 from harness.measure.messages import Judged
-from harness.measure.trivial import constant, expanded, zeros
 from harness.measure.worker import Job
 from harness.record import Finding
 from harness.run import isolate

@@ -1,5 +1,5 @@
 """Outputs of any size: every comparison and defence that reads an output does it a block at a
-time (harness.blocks), and says the same as it did on the whole; a failure of the harness's own
+time (harness.accuracy), and says the same as it did on the whole; a failure of the harness's own
 comparison is the harness's, never the solution's."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 import torch
 
-from harness import accuracy, blocks, matching, verdicts
+from harness import accuracy, matching, verdicts
 from harness.matching import excess, mismatch
 from harness.measure import anticheat, kernelbench, worker
 from harness.measure.checking import harness_run
@@ -19,18 +19,18 @@ CPU = torch.device("cpu")
 
 
 def test_blocks_cover_every_element_once_in_order_whatever_the_shape() -> None:
-    assert list(blocks.blocks((), 4)) == [()]
+    assert list(accuracy.blocks((), 4)) == [()]
     for shape in [(0,), (5,), (3, 0, 2), (4, 5), (2, 3, 7), (1, 1, 40)]:
         x = torch.arange(torch.Size(shape).numel()).reshape(shape)
-        seen = [x[i].flatten() for i in blocks.blocks(shape, 4)]
+        seen = [x[i].flatten() for i in accuracy.blocks(shape, 4)]
         assert torch.equal(torch.cat(seen) if seen else x.flatten(), x.flatten())
-        assert all(x[i].numel() <= 4 or len(i) == x.dim() for i in blocks.blocks(shape, 4))
+        assert all(x[i].numel() <= 4 or len(i) == x.dim() for i in accuracy.blocks(shape, 4))
 
 
 @pytest.fixture
 def tiny_blocks(monkeypatch: pytest.MonkeyPatch) -> None:
     """Blocks of 7 elements, and the median of a sample above 50: every path in blocks."""
-    monkeypatch.setattr(blocks, "BLOCK_ELEMENTS", 7)
+    monkeypatch.setattr(accuracy, "BLOCK_ELEMENTS", 7)
     monkeypatch.setattr(accuracy, "MEDIAN_ELEMENTS", 50)
 
 
@@ -74,7 +74,7 @@ def test_the_reports_match_those_made_on_whole_tensors(
     tiny_blocks: None, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     small = reports()
-    monkeypatch.setattr(blocks, "BLOCK_ELEMENTS", 1 << 24)
+    monkeypatch.setattr(accuracy, "BLOCK_ELEMENTS", 1 << 24)
     monkeypatch.setattr(accuracy, "MEDIAN_ELEMENTS", 1 << 26)
     whole = reports()
     # The accuracy rule's typical error is the median of a sample with small blocks: only its

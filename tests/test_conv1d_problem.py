@@ -2,8 +2,7 @@
 
 import torch
 
-from harness.inputs import seed_everything
-from harness.loading import load_problem
+from harness.loading import load_problem, seed_everything
 from tests.conftest import REPO
 
 

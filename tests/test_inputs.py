@@ -4,8 +4,7 @@ import numpy as np
 import pytest
 import torch
 
-from harness.inputs import drawn, make_init_inputs, make_inputs, replicate
-from harness.loading import Case
+from harness.loading import Case, drawn, make_init_inputs, make_inputs, replicate
 
 CPU = torch.device("cpu")
 

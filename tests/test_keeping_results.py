@@ -13,7 +13,7 @@ import pytest
 import run
 from harness import record
 from harness.record import LOG_NAME
-from harness.results import charts, rendering
+from harness.results import summary
 from harness.settings import REPO
 from tests import records_factory as make
 from tests.conftest import FIXTURES, TOY, CliRun, toy_solution
@@ -33,7 +33,7 @@ def folder(tmp_path: Path) -> Path:
     where = tmp_path / "results" / "nvidia-h200"
     record.append(where, make.record("p", "fast", [make.bench(10, 30)]))
     record.append(where, make.record("p", "slow", [make.bench(40, 30)]))
-    rendering.render_folder(where)
+    summary.render_folder(where)
     return where
 
 
@@ -134,14 +134,14 @@ def test_forget_and_no_record_refuse_what_they_cannot_go_with_naming_it(
 def test_a_solution_chart_is_removed_once_no_solution_is_ok(tmp_path: Path) -> None:
     record.append(tmp_path, make.record("p", "a", status="incorrect"))
     (tmp_path / "p.svg").write_text("<svg/>\n")
-    assert charts.write_chart(tmp_path, "p", record.read(tmp_path)) is None
+    assert summary.write_chart(tmp_path, "p", record.read(tmp_path)) is None
     assert not (tmp_path / "p.svg").exists()
 
 
 def test_render_lists_every_file_it_rewrote(
     folder: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(charts, "render_svg", lambda *args: "<svg/>\n")  # without matplotlib
+    monkeypatch.setattr(summary, "render_svg", lambda *args: "<svg/>\n")  # without matplotlib
     where = ["--results-dir", str(folder.parent), "--machine-folder", folder.name]
     assert run.main(["--render", *where]) == run.EXIT_OK
     out = capsys.readouterr().out

@@ -17,8 +17,7 @@ import pytest
 import torch
 
 from harness import accuracy, verdicts
-from harness.inputs import make_inputs
-from harness.loading import Case, Problem, import_file, load_problem
+from harness.loading import Case, Problem, import_file, load_problem, make_inputs
 from harness.matching import DTYPE_DEFAULT, mismatch, tolerance
 from harness.measure.audit import WARN, audit_problem
 from harness.measure.checking import build_models, check_once

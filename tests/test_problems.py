@@ -4,8 +4,7 @@ import pytest
 import torch
 import torch.nn as nn
 
-from harness.inputs import seed_everything
-from harness.loading import load_problem
+from harness.loading import load_problem, seed_everything
 from tests.conftest import REPO
 
 

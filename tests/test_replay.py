@@ -14,8 +14,7 @@ import torch
 import run
 from harness import record as run_log
 from harness import settings
-from harness.inputs import Seeds
-from harness.loading import import_file, load_problem
+from harness.loading import Seeds, import_file, load_problem
 from harness.matching import Tolerance
 from harness.measure.checking import check_cases
 from harness.run import driving, replay

@@ -20,7 +20,7 @@ from harness import verdicts
 from harness.measure.messages import Judged, Tick
 from harness.measure.worker import Job
 from harness.record import Build, Machine, read
-from harness.run import resume, scheduler
+from harness.run import scheduler
 from harness.run.discovery import ProblemSource, builds_at_import
 from harness.run.reporting import Report
 from harness.run.scheduler import Scheduler
@@ -243,9 +243,9 @@ def test_settings_that_differ_by_design_do_not_block_a_resume(tmp_path: Path) ->
         checking=dataclasses.replace(base.checking, secret=12345),
         places=Places(tmp_path / "elsewhere"),
     )
-    assert resume.comparable(moved) == resume.comparable(base)
+    assert scheduler.comparable(moved) == scheduler.comparable(base)
     stricter = dataclasses.replace(base, checking=dataclasses.replace(base.checking, trials=9))
-    assert resume.comparable(stricter) != resume.comparable(base)
+    assert scheduler.comparable(stricter) != scheduler.comparable(base)
 
 
 def test_build_only_builds_every_solution_at_once_and_judges_and_records_nothing(

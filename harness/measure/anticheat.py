@@ -46,7 +46,7 @@ from typing import Any
 import torch
 
 from harness import verdicts
-from harness.blocks import blocks
+from harness.accuracy import blocks
 from harness.matching import EXACT, mismatch
 from harness.verdicts import Verdict
 

@@ -41,7 +41,7 @@ The zero-argument calls the timer samples, one per side: each model fed fresh in
 its own copies of a few input sets (harness.measure.feeding), or, in CUDA-graph mode, a graph
 replaying K calls on K input sets, K chosen so that the sets together exceed twice the L2 and
 each call still starts with its inputs out of cache. With a backward `step`
-(harness.measure.passes), each set is led by its upstream gradients and each call is that pass.
+(harness.measure.gradients), each set is led by its upstream gradients and each call is that pass.
 """
 
 from __future__ import annotations
@@ -58,15 +58,13 @@ from typing import Any
 import torch
 
 from harness import stats, verdicts
-from harness.inputs import Seeds, make_inputs, replicate_all
-from harness.loading import Case, Problem
+from harness.loading import Case, Problem, Seeds, make_inputs, replicate_all
 from harness.measure import (
     checking,
     feeding,
     gpustate,
     gradients,
     kernelbench,
-    passes,
     roofline,
     timing,
 )
@@ -162,7 +160,7 @@ def _pass_rows(
     settings: Settings,
     timed: tuple[timing.Timer, float | None],
 ) -> list[BenchRow]:
-    """The backward and forward+backward rows of one benchmark (harness.measure.passes), after
+    """The backward and forward+backward rows of one benchmark (harness.measure.gradients), after
     its gradients are checked on the benchmark's own inputs."""
     seed, inputs, output = drawn
     timer, floor = timed
@@ -172,12 +170,12 @@ def _pass_rows(
     if verdict:
         raise Verdict(verdicts.INCORRECT, f"benchmark {bench.name!r}: {verdict}")
     params = gradients.comparable_params(*models)
-    by = passes.described(passes.backward_by(models[1], replicate_all(inputs, device)))
+    by = gradients.described(gradients.backward_by(models[1], replicate_all(inputs, device)))
     rows = []
-    for kind in passes.KINDS:
-        step = passes.Pass(kind, output, params)
-        name = passes.row_name(bench.name, kind)
-        check = passes.Training(models[0], step.count, params)
+    for kind in gradients.KINDS:
+        step = gradients.Pass(kind, output, params)
+        name = gradients.row_name(bench.name, kind)
+        check = gradients.Training(models[0], step.count, params)
         checker = _spot_checker(problem, bench, check, device, settings, f"benchmark {name!r}")
         calls = {"reference": models[0], "solution": models[1]}
         sampled = sample(calls, bench, seed, inputs, device, settings, timer, checker, step)
@@ -252,12 +250,13 @@ def sample(
     settings: Settings,
     timer: timing.Timer,
     checker: feeding.SpotChecker | None = None,
-    step: passes.Pass | None = None,
+    step: gradients.Pass | None = None,
 ) -> tuple[SideBySide, Fed | None]:
     """Sample `models` side by side with `timer` (a graph timer when the calls are graph
     replays). With a `checker`, the solution's timed calls are spot checked and its work
     cross-checked with a wall clock (the Fed part, else None). With a `step`, each call is
-    that backward pass of its model, on upstream gradients and inputs (harness.measure.passes)."""
+    that backward pass of its model, on upstream gradients and inputs
+    (harness.measure.gradients)."""
     made = make_calls(models, (bench, seed), inputs, device, settings, checker, step)
     calls, per_call, note = made
     probe = gpustate.open_probe(device) if device.type == "cuda" else None
@@ -441,7 +440,7 @@ def make_calls(
     device: torch.device,
     settings: Settings,
     checker: feeding.SpotChecker | None = None,
-    step: passes.Pass | None = None,
+    step: gradients.Pass | None = None,
 ) -> tuple[dict[str, Callable[[], object]], int, str | None]:
     """The zero-argument calls to time, how many model calls each makes, and a note."""
     if settings.timing.mode(device.type) == "cuda_graph":
@@ -462,7 +461,7 @@ def _fed_sides(
     inputs: list[Any],
     device: torch.device,
     checker: feeding.SpotChecker | None,
-    step: passes.Pass | None,
+    step: gradients.Pass | None,
 ) -> dict[str, Callable[[], object]]:
     """Each model fed from its own copies of the same input sets (harness.feeding); the
     solution's calls spot-checked by `checker`."""
@@ -489,7 +488,7 @@ def input_sets(
     inputs: list[Any],
     device: torch.device,
     count: int,
-    step: passes.Pass | None = None,
+    step: gradients.Pass | None = None,
 ) -> list[list[Any]]:
     """`inputs` and `count - 1` more sets, drawn from the seeds after the benchmark's; with a
     `step`, each led by its upstream gradients."""
@@ -502,7 +501,7 @@ def input_sets(
 
 
 def _graphed(
-    model: Any, sets: list[list[Any]], device: torch.device, step: passes.Pass | None = None
+    model: Any, sets: list[list[Any]], device: torch.device, step: gradients.Pass | None = None
 ) -> Callable[[], object]:
     """A replay of one CUDA graph calling `model` (or its `step`) once on each input set."""
     own = [replicate_all(inputs, device) for inputs in sets]

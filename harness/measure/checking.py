@@ -5,7 +5,7 @@ into ModelNew, and run in the mode the reference's constructor left it (training
 nn.Module; harness.measure.checking), under torch.no_grad(). Before every call of either model,
 torch's generators are seeded with the trial's seed, as KernelBench does, so a solution that
 draws random numbers as the reference does draws the same ones. Each trial draws fresh inputs
-from a seed that mixes the public one with the run's secret (harness.inputs.Seeds), so no
+from a seed that mixes the public one with the run's secret (harness.loading.Seeds), so no
 solution can know them in advance. On each, the solution runs twice, once before and once after
 the reference, each time on its own copy of the inputs and with freed memory poisoned first;
 the reference runs on a pristine copy. So no expected output exists yet when the solution first
@@ -42,14 +42,15 @@ from torch.nn.modules.dropout import _DropoutNd
 from torch.nn.modules.instancenorm import _InstanceNorm
 
 from harness import accuracy, verdicts
-from harness.inputs import (
+from harness.loading import (
+    Case,
+    Problem,
     Seeds,
     make_init_inputs,
     make_inputs,
     replicate_all,
     seed_everything,
 )
-from harness.loading import Case, Problem
 from harness.matching import mismatch, tolerance
 from harness.measure import anticheat, gradients, kernelbench
 from harness.parts import part
@@ -75,7 +76,7 @@ def check_cases(
     counted: Counted | None = None,
 ) -> int:
     """Check every case (or only the one `checking.case` names) `checking.trials` times with
-    fresh inputs (harness.inputs.Seeds); return the number of checks made. `on_case` hears each
+    fresh inputs (harness.loading.Seeds); return the number of checks made. `on_case` hears each
     case's name as its check starts, `counted` (done, total) after each check. A case keeps its
     index, so its seeds, when others are left out."""
     seeds = Seeds.of(checking)
@@ -97,7 +98,7 @@ def check_cases(
                     verdict = gradients.check(
                         problem, case, models, inputs, device, checking.tolerance, trial_seed
                     )
-            if verdict:  # the trial's own seed, and what it comes from (harness.inputs.Seeds)
+            if verdict:  # the trial's own seed, and what it comes from (harness.loading.Seeds)
                 drawn = f"trial {trial}, from --seed {checking.seed} and --secret"
                 where = f"case {case.name!r}, seed {trial_seed} ({drawn})"
                 raise Verdict(verdicts.INCORRECT, f"{where}: {verdict}")

@@ -11,10 +11,9 @@ from typing import Any
 import torch
 
 from harness import accuracy, verdicts
-from harness.inputs import Seeds, make_inputs
-from harness.loading import Case, Problem
+from harness.loading import Case, Problem, Seeds, make_inputs
 from harness.matching import mismatch, tolerance
-from harness.measure import passes, timing
+from harness.measure import gradients, timing
 from harness.measure.benchmarking import (
     SideBySide,
     describe_inputs,
@@ -72,8 +71,8 @@ def _compiled_passes(
     # A compiled backward frees ("donates") buffers it no longer needs unless told not to, and
     # then refuses the retained graph that the backward row runs through again and again.
     torch._functorch.config.donated_buffer = False
-    params = passes.param_names(eager)
-    first = passes.Pass(passes.BOTH, output, params)
+    params = gradients.param_names(eager)
+    first = gradients.Pass(gradients.BOTH, output, params)
     given = first.extend(inputs, seed)
     begin = time.perf_counter()
     got = guard(verdicts.RUNTIME_ERROR, "torch.compile, backward", first.wrap(compiled, []), *given)
@@ -84,9 +83,9 @@ def _compiled_passes(
     allowed = tolerance(problem, bench, settings.checking.tolerance)
     differs = mismatch(training(*given), got, allowed, exact)
     rows = []
-    for kind in passes.KINDS:
-        step = passes.Pass(kind, output, params)
-        name = passes.row_name(bench.name, kind)
+    for kind in gradients.KINDS:
+        step = gradients.Pass(kind, output, params)
+        name = gradients.row_name(bench.name, kind)
         calls = {"reference": eager, "compiled": compiled}
         sampled, _ = sample(calls, bench, seed, inputs, device, settings, timer, None, step)
         rows.append(_compiled_row(name, inputs, (compile_s, differs), sampled))

@@ -32,7 +32,7 @@ from typing import Any
 import torch
 
 from harness import verdicts
-from harness.inputs import replicate, replicate_all
+from harness.loading import replicate, replicate_all
 from harness.measure import anticheat
 from harness.parts import part
 from harness.verdicts import Verdict
@@ -184,7 +184,7 @@ class Feed:
 
 
 def copied(values: list[Any]) -> list[Any]:
-    """A copy of each input where it lies (tensors with their layout, harness.inputs)."""
+    """A copy of each input where it lies (tensors with their layout, harness.loading)."""
     return [
         replicate(v, v.device) if isinstance(v, torch.Tensor) else copy.deepcopy(v) for v in values
     ]

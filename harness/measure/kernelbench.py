@@ -36,7 +36,7 @@ from typing import Any
 
 import torch
 
-from harness.blocks import Index, blocks
+from harness.accuracy import Index, blocks
 from harness.matching import Tally, differ
 from harness.measure.timing import Call, Sampled, prepare_call
 from harness.settings import KERNELBENCH

@@ -61,8 +61,7 @@ from typing import Any, NamedTuple
 import torch
 
 from harness import verdicts
-from harness.inputs import Seeds, make_inputs, replicate_all
-from harness.loading import Problem
+from harness.loading import Problem, Seeds, make_inputs, replicate_all
 from harness.measure import anticheat
 from harness.measure.checking import build_models, describe_error, guard
 from harness.verdicts import Verdict

@@ -19,8 +19,7 @@ from pathlib import Path
 import torch
 
 from harness import codec
-from harness.inputs import Seeds, make_inputs
-from harness.loading import import_file, reference_namespace
+from harness.loading import Seeds, import_file, make_inputs, reference_namespace
 from harness.measure.checking import build_models
 from harness.measure.worker import Job, setup
 

@@ -49,8 +49,7 @@ from typing import Any
 import torch  # importing torch does not import its extension builder: that waits for setup
 
 from harness import files, toolchain, verdicts
-from harness.inputs import Seeds
-from harness.loading import Problem, import_file, load_problem, reference_namespace
+from harness.loading import Problem, Seeds, import_file, load_problem, reference_namespace
 from harness.measure import anticheat, audit, kernelbench, profiling, roofline, sandboxed
 from harness.measure.benchmarking import time_benchmarks
 from harness.measure.builds import BuildWatcher, NoCudaToolchain

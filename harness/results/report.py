@@ -386,7 +386,7 @@ def write_tables(
 ) -> tuple[Path, Path]:
     """Re-render `<problem>.md` and `.csv` in `folder` from `records` (its run log, as
     harness.record.read gives it); returns both paths. `chart`, a file name beside them, is
-    shown under the table. The caller holds the folder's lock (harness.results.rendering)."""
+    shown under the table. The caller holds the folder's lock (harness.results.summary)."""
     problem_records = latest_per_solution(records, problem)
     rows = table_rows(problem_records)
     markdown = render_markdown(problem, rows, newest(problem_records), chart)

@@ -171,7 +171,7 @@ def finish(
     """Print each problem's rows and the summary (a sweep's with `first_wait`: how soon its
     first judgement began); the exit status: EXIT_INPUT where a problem was refused, else
     EXIT_FAILED where a solution did not pass."""
-    from harness.results import rendering
+    from harness.results import summary
     from harness.run.session import passed
 
     code, recorded, records = EXIT_OK, False, []
@@ -187,7 +187,7 @@ def finish(
         if not all(passed(r) for r in done) and code == EXIT_OK:
             code = EXIT_FAILED
     if recorded:  # only a run that recorded something rewrites the summary
-        written = rendering.render_summary(session.folder)
+        written = summary.render_summary(session.folder)
         print(f"summary across problems: {written}")
     if sweep_s is not None:
         print(sweep_summary(records, session.run_id, sweep_s, outcome, unsolved))
@@ -300,13 +300,13 @@ def time_split(records: list[RunRecord]) -> str:
 def show_results(session: Session, problem: str, done: list[RunRecord]) -> None:
     """This run's rows of the problem, compact (within 100 columns), and where the full table
     is; with --no-record, that nothing was written."""
-    from harness.results import console
+    from harness.results import summary
 
     if not session.recording:
-        print(console.compact(problem, done, None))
+        print(summary.compact(problem, done, None))
         print(f"not recorded (--no-record): nothing written under {session.folder.parent}\n")
         return
-    print(console.compact(problem, done, session.folder / f"{problem}.md") + "\n")
+    print(summary.compact(problem, done, session.folder / f"{problem}.md") + "\n")
 
 
 def untimed(records: list[RunRecord]) -> str:
@@ -372,7 +372,7 @@ class Chosen:
 def render_folder(where: Chosen) -> None:
     """Re-render every table, chart and the summary of `where` from its run log."""
     from harness import record
-    from harness.results import rendering
+    from harness.results import summary
 
     folder = where.folder
     if not (folder / record.LOG_NAME).is_file():
@@ -380,14 +380,14 @@ def render_folder(where: Chosen) -> None:
             f"--render: no recorded runs in {where.shown} ({where.why}); {_others(folder)}"
         )
     print(f"rendering {where.shown} ({where.why})", flush=True)
-    written = rendering.render_folder(folder)
+    written = summary.render_folder(folder)
     print(f"rendered {where.shown}: {_names(written)}")
 
 
 def forget_solution(where: Chosen, problem_arg: str, solution: str) -> None:
     """Drop `solution`'s rows of the problem from the folder `where` names, and re-render it."""
     from harness import record
-    from harness.results import rendering
+    from harness.results import summary
 
     path = Path(problem_arg)  # named as discovery names it; the problem may be gone from disk
     problem = path.stem if path.suffix == ".py" else path.name
@@ -414,7 +414,7 @@ def forget_solution(where: Chosen, problem_arg: str, solution: str) -> None:
     try:
         record.forget(folder, problem, solution)
         before = _tables(folder, problem)
-        written = [*rendering.render_problem(folder, problem), rendering.render_summary(folder)]
+        written = [*summary.render_problem(folder, problem), summary.render_summary(folder)]
     except OSError as err:
         raise UserError(
             f"--forget: cannot write {where.shown} ({err.strerror or err}); fix its permissions"

@@ -6,13 +6,20 @@ free slot (one per device, one job at a time each). A verdict the build reaches 
 compile error, a CUDA solution on a CPU run) is recorded without a judge. Each record is
 appended the moment it is made, so an interrupted run keeps everything it finished, and
 `--resume` skips what is already recorded for the same solution content, toolchain and
-settings (harness.run.resume).
+settings (harness.run.scheduler).
 
 Builds must not share the host's cores with timed calls: on a CPU those are the whole call; on
 a GPU it is the host time that the per-call figures and the KernelBench profile's timer include
 (docs/scale.md). So this host's pool stops every build's processes while a slot times
 (harness.run.isolate) and judges as each is built; a pool that cannot (Ray's, or without
 /proc) judges a run that times once every build is done.
+
+run.py --resume: what is already recorded for the same solution, toolchain and settings.
+
+A record stands for a solution when all of these are the same: the problem and its reference's
+sources, the solution's sources (toolchain.source_hash), the toolchain (torch, CUDA, the GPU's
+model, the build target) and every setting but those that differ from run to run by design: the
+secret (fresh each run, unless given), the folders, and which GPU of the host it ran on.
 """
 
 from __future__ import annotations
@@ -23,19 +30,19 @@ from collections.abc import Callable
 from concurrent.futures import Future
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
-from harness import toolchain, verdicts
+from harness import codec, record, toolchain, verdicts
 from harness.loading import Problem
 from harness.measure.messages import Event, Judged, OnEvent, failure
 from harness.measure.worker import Job
 from harness.record import RunRecord
 from harness.results.baselines import Baseline
-from harness.run import resume
 from harness.run.auditing import Preparing
 from harness.run.discovery import ProblemSource, builds_at_import
 from harness.run.reporting import FirstWait, Report
 from harness.run.session import Session, harness_checked
+from harness.settings import Settings
 from harness.verdicts import ProblemRefused, UserError
 
 JOIN_S = 0.5  # how often the waiting main thread wakes (for Ctrl-C)
@@ -126,7 +133,7 @@ class Scheduler:
 
     def run(self, work: Work) -> Outcome:
         """Judge every solution of `work`; how each problem ended (`Judging`)."""
-        earlier = resume.Earlier(self.session) if self.again else None
+        earlier = Earlier(self.session) if self.again else None
         skipped: dict[tuple[str, Path], RunRecord] = {}
         builds: list[Future[Judged]] = []
         for source, solutions in work:
@@ -396,3 +403,45 @@ def _with_builds(result: Judged, built: Judged | None) -> Judged:
     if built and any(not b.cached for b in built.builds or ()):
         return replace(result, builds=built.builds, build_s=built.build_s)
     return result
+
+
+if TYPE_CHECKING:
+    from harness.run.session import Session
+
+TOOLCHAIN = ("torch", "cuda", "gpu")  # of the machine, beside the settings' arch
+
+
+def comparable(settings: Settings) -> dict[str, Any]:
+    """The settings that decide a verdict and its numbers, as a dict."""
+    data = codec.encode(settings)
+    data.pop("places", None)
+    data["checking"] = {k: v for k, v in data["checking"].items() if k != "secret"}
+    data["device"] = str(data["device"]).partition(":")[0]  # cuda:1 and cuda:0 alike
+    return data
+
+
+class Earlier:
+    """The session's results folder as the run began: its records, by solution content."""
+
+    def __init__(self, session: Session) -> None:
+        self.session = session
+        self.settings = comparable(session.settings)
+        self.toolchain = [getattr(session.machine, key) for key in TOOLCHAIN]
+        log = session.folder / record.LOG_NAME
+        self.by_content: dict[str, list[RunRecord]] = {}
+        for ran in record.read(session.folder) if log.exists() else []:
+            self.by_content.setdefault(ran.solution_hash, []).append(ran)
+
+    def find(self, source: ProblemSource, solution: Path, content: str) -> RunRecord | None:
+        """The newest record of this solution that the run would make again, or None."""
+        reference = self.session.reference_hash(source)
+        for ran in reversed(self.by_content.get(content, [])):
+            if (
+                ran.problem == source.name
+                and ran.solution == solution.stem
+                and ran.reference_hash == reference
+                and [getattr(ran.machine, key) for key in TOOLCHAIN] == self.toolchain
+                and comparable(ran.settings) == self.settings
+            ):
+                return ran
+        return None

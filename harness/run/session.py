@@ -15,8 +15,9 @@ from harness.measure import roofline
 from harness.measure.messages import Judged, failure
 from harness.measure.worker import Job, cuda_not_asked
 from harness.record import BenchRow, Ceiling, Finding, Machine, RunRecord
-from harness.results import baselines, rendering, report
+from harness.results import baselines, report
 from harness.results.baselines import Baseline, BaselineKey, MeasuredBy
+from harness.results.summary import render_problems
 from harness.run import machine, ncu, replay, scan
 from harness.run.auditing import AuditCache, Auditing, RunJob
 from harness.run.discovery import ProblemSource, missing_model_new
@@ -178,7 +179,7 @@ class Session:
     def render(self, problems: list[str]) -> None:
         """Re-render the problems' tables from the run log."""
         if self.recording and problems:
-            self._writing(rendering.render_problems, self.folder, problems)
+            self._writing(render_problems, self.folder, problems)
 
     def _writing(self, write: Any, *args: Any) -> Any:
         """`write(*args)`, a write under the results folder; the folder failing is the
