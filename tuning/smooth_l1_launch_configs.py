@@ -49,7 +49,7 @@ import torch.nn.functional as F
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
-from harness.inputs import replicate  # noqa: E402
+from harness.loading import replicate  # noqa: E402
 from harness.measure.timing import CudaTimer  # noqa: E402
 from harness.toolchain import prepare_environment  # noqa: E402
 

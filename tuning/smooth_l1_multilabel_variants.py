@@ -29,8 +29,7 @@ from torch.utils.cpp_extension import load, load_inline
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from harness.timing import time_cuda  # stale: removed in bc52895 (see the docstring)
 
-from harness.inputs import seed_everything
-from harness.loading import import_file, load_problem
+from harness.loading import import_file, load_problem, seed_everything
 from harness.measure.timing import flush_buffer
 from harness.toolchain import build_folder, prepare_environment, source_hash
 
