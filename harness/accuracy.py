@@ -136,16 +136,17 @@ class Exact:
         return self.answer
 
     def _run(self) -> Wide:
-        before = _generator_states(self.device)
-        try:
-            wide = copy.deepcopy(self.model)
-            if isinstance(wide, torch.nn.Module):
-                wide._apply(widen)
-            value = self._call(wide, [widen(v) for v in self.inputs])
-        except Exception as err:
-            return Wide(missing=f"the reference could not run in float64 ({_describe(err)})")
-        finally:
-            drew = _restore_generators(before, self.device)
+        devices = [self.device] if self.device.type == "cuda" else []
+        with torch.random.fork_rng(devices=devices):  # torch's generators put back after
+            before = _generator_states(self.device)
+            try:
+                wide = copy.deepcopy(self.model)
+                if isinstance(wide, torch.nn.Module):
+                    wide._apply(widen)
+                value = self._call(wide, [widen(v) for v in self.inputs])
+            except Exception as err:
+                return Wide(missing=f"the reference could not run in float64 ({_describe(err)})")
+            drew = any(map(_moved, before, _generator_states(self.device)))
         if drew:  # torch draws other numbers for a float64 tensor (a Dropout mask on CUDA)
             return Wide(missing="the reference draws random numbers, which differ in float64")
         spread = None
@@ -177,15 +178,8 @@ def _generator_states(device: torch.device) -> list[torch.Tensor]:
     return states
 
 
-def _restore_generators(before: list[torch.Tensor], device: torch.device) -> bool:
-    """Put torch's default generators back to `before`; whether anything had drawn from them."""
-    drew = any(
-        not torch.equal(a, b) for a, b in zip(before, _generator_states(device), strict=True)
-    )
-    torch.set_rng_state(before[0])
-    if device.type == "cuda":
-        torch.cuda.set_rng_state(before[1], device)
-    return drew
+def _moved(before: torch.Tensor, after: torch.Tensor) -> bool:
+    return not torch.equal(before, after)
 
 
 def _describe(err: BaseException) -> str:
@@ -271,7 +265,7 @@ MEDIAN_ELEMENTS = 1 << 26  # above this many elements, `typical` is the median o
 
 class Rule:
     """The accuracy rule over one output tensor (see the module doc), a block at a time
-    (harness.accuracy): `exact` and the draws' `spread` as Wide.against gives them.
+    (`blocks`, below): `exact` and the draws' `spread` as Wide.against gives them.
 
     `typical`, the median over the tensor of the reference's error and its draws', is exact up
     to MEDIAN_ELEMENTS elements; above, the median of every k-th finite element (k the fewest

@@ -20,9 +20,9 @@ the worker's code exists:
 
 The policy and the scratch folder travel in the environment. Landlock only allows, so
 "everything but these paths" is spelled as rules for each sibling on the way down to them
-(`readable_roots`). As a script this imports nothing but the standard library and
-harness/sandbox.py. harness.run.sandboxing starts workers this way and stages their jobs;
-harness.measure.sandboxed names the rule an attempt met.
+(`readable_roots`). As a script this imports nothing but the standard library.
+harness.run.sandboxing starts workers this way and stages their jobs; harness.measure.sandboxed
+names the rule an attempt met.
 
 Landlock (Linux 5.13+) through its three system calls, for a process to restrict itself.
 

@@ -178,7 +178,7 @@ class Checking:
         within("--secret", self.secret, 0)
 
 
-TOLERANCE_FLAGS = {  # Tolerance lives in harness.settings, which knows nothing of flags
+TOLERANCE_FLAGS = {  # the help of Tolerance's two fields, as flags
     "atol": "absolute tolerance, overriding the case's and the problem's",
     "rtol": "relative tolerance, overriding the case's and the problem's",
 }

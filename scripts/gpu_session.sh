@@ -155,19 +155,21 @@ elif [ "$part" = throughput ]; then
   # SUITE_FLAGS: more make_suite.py flags (issue 44: "--style llm --samples 3", LLM-shaped)
   $python scripts/make_suite.py "$cold" --count "${COLD:-30}" --sizes level1 --seed 1 \
     ${SUITE_FLAGS:-} >/dev/null
+  sweep_of() {  # sweep_of LABEL SUITE LIMIT [RUN FLAGS...]: the load test's sweep of SUITE
+    local label=$1 suite=$2 limit=$3
+    shift 3
+    step "l1-$label" "$limit" $python scripts/load_test.py "$suite" --label "$label" \
+      --json "$out/l1-$label.json" -- --budget-ms 500 "$@"
+  }
   if [ "${CACHED:-}" = after-cold ]; then
-    step l1-cold $((budget - SECONDS - 120)) $python scripts/load_test.py "$cold" --label cold \
-      --json "$out/l1-cold.json" -- --budget-ms 500 --build-jobs "$(nproc)"
-    step l1-cached $((budget - SECONDS)) $python scripts/load_test.py "$cold" --label cached \
-      --json "$out/l1-cached.json" -- --budget-ms 500
+    sweep_of cold "$cold" $((budget - SECONDS - 120)) --build-jobs "$(nproc)"
+    sweep_of cached "$cold" $((budget - SECONDS))
   else
     $python scripts/make_suite.py "$warm" --count "${COUNT:-40}" --sizes level1 ${SUITE_FLAGS:-} >/dev/null
     step l1-builds 200 $python run.py --problems "$warm/problems" --solutions "$warm/solutions" \
       --build-dir "$warm/builds" --build-only --build-jobs "$(nproc)"
-    step l1-cached 170 $python scripts/load_test.py "$warm" --label cached \
-      --json "$out/l1-cached.json" -- --budget-ms 500
-    step l1-cold $((budget - SECONDS)) $python scripts/load_test.py "$cold" --label cold \
-      --json "$out/l1-cold.json" -- --budget-ms 500 --build-jobs "$(nproc)"
+    sweep_of cached "$warm" 170
+    sweep_of cold "$cold" $((budget - SECONDS)) --build-jobs "$(nproc)"
   fi
 elif [ "$part" = rows-alone ]; then
   # After throughput: ROWS (default 6) of a sweep's CUDA solutions, each run alone (a run.py of

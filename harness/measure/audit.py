@@ -22,7 +22,7 @@ meant to be trivial (the sum of an empty tensor is 0), so they are run on the fi
 for errors and a nondeterministic reference. Invalid cases and benchmarks are not run: the
 reference refuses the former, and the latter can be huge.
 
-The trivial answers a weak problem lets pass, as the audit (harness.measure.audit) builds and
+The trivial answers a weak problem lets pass, as the audit builds and
 reads them: zeros and a constant of an output's structure, shapes and dtypes, each an expanded
 0-d tensor, so that no output-sized memory is held; and what the audit reads of an output (its
 kind, whether it holds any value, its largest |value|, a block at a time).

@@ -11,7 +11,7 @@ keeps both sides' raw samples, the paired speedup with its 95% interval, why sam
 the launch floor, the bytes and FLOPs the problem must move and compute, and the GPU's clock
 and temperature over the samples.
 
-On the GPU each row also holds per-call times (harness.measure.benchmarking): every call timed again
+On the GPU each row also holds per-call times (`time_per_call`): every call timed again
 from an idle device, its host time included, what a caller that waits for each result pays,
 with its own speedup; where the two speedups part by more than 10%, the row names the
 host-bound side. Under `--as kernelbench` the device times are KernelBench's

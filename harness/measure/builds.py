@@ -65,7 +65,7 @@ class Build:
     seconds: float | None = None
     cached: bool = False  # loaded from the build cache: nothing was compiled
     hint: str | None = None  # how it could build faster (slow_header)
-    # what its CUDA units read for <torch/extension.h> (harness.measure.builds)
+    # what its CUDA units read for <torch/extension.h> (the light header, `_lightens`)
     cuda_header: str | None = None
 
     def describe(self) -> str:

@@ -2,7 +2,7 @@
 
 Model and ModelNew are built from the same seed, with the reference's matching parameters copied
 into ModelNew, and run in the mode the reference's constructor left it (training, for an
-nn.Module; harness.measure.checking), under torch.no_grad(). Before every call of either model,
+nn.Module), under torch.no_grad(). Before every call of either model,
 torch's generators are seeded with the trial's seed, as KernelBench does, so a solution that
 draws random numbers as the reference does draws the same ones. Each trial draws fresh inputs
 from a seed that mixes the public one with the run's secret (harness.loading.Seeds), so no
@@ -24,7 +24,7 @@ Both models run in the mode their constructors leave them, as KernelBench runs t
 `nn.Module` starts in training mode, so BatchNorm normalizes with the batch's own statistics
 and Dropout zeroes elements at random. A problem meant for inference says so itself, by
 calling `self.eval()` in `Model.__init__`; ModelNew is then put in the same mode
-(harness.measure.checking.build_models). This module names the modules whose output depends
+(`build_models`). This module names the modules whose output depends
 on that mode, for a verdict that must say why a solution differs, and those that draw random
 numbers, for the audit's rule on random references (harness.measure.audit).
 """
@@ -112,7 +112,7 @@ def build_models(
     problem: Problem, model_new: type, case: Case, seed: int, device: torch.device
 ) -> tuple[Any, Any]:
     """Model and ModelNew from the same seed, with the reference's matching weights copied;
-    ModelNew in the mode the reference's constructor left it in (harness.measure.checking)."""
+    ModelNew in the mode the reference's constructor left it in."""
 
     def build(cls: type, failure: str, label: str) -> Any:
         seed_everything(seed)  # before get_init_inputs too: it may draw weights at random

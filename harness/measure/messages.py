@@ -21,7 +21,6 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
 from harness import verdicts
 from harness.measure.audit import Audited
@@ -68,10 +67,6 @@ def harness_failure(detail: str) -> Judged:
     """The result of a job the harness itself failed (its folders, a bug of its own): marked
     `harness_error`, so the session stops the run instead of recording it as a verdict."""
     return Judged(verdicts.RUNTIME_ERROR, f"harness error: {detail}", harness_error=True)
-
-
-if TYPE_CHECKING:  # not at run time: harness.run.progress imports this without torch
-    from harness.measure.messages import Judged
 
 
 @dataclass(frozen=True)

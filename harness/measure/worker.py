@@ -28,7 +28,7 @@ Python side) while the slot's current jobs run, touching no device, and says so 
 Told to warm up, it starts CUDA on its device and the profiler once (what every job's load step
 does first); the slot asks that only of the next job's spare, only while its current job is not
 timing, and holds that job's time step until the spare is warm (the `gate` of
-harness.measure.worker.main). Then it waits for its job and runs it as a fresh worker would.
+`main`). Then it waits for its job and runs it as a fresh worker would.
 """
 
 from __future__ import annotations
@@ -96,7 +96,7 @@ class Job:
 
 Send = Callable[[Event], None]
 REFERENCE_TASKS = ("compile_baseline", "audit", "ceiling")
-STARTED_AHEAD = False  # set in a spare worker (harness.measure.worker), said in its log
+STARTED_AHEAD = False  # set in a spare worker (`waiting`), said in its log
 
 
 def entry(job: Job, conn: Any, gate: Any = None) -> None:

@@ -11,7 +11,7 @@ The flags of a table's row: what a reader must know before trusting its numbers 
 cache, skipped work, noise, throttling, a machine's load, a host-bound side, ...).
 
 A problem table's columns: the row type (`TableRow`), the markdown table's headers
-(`COLUMNS`) and the CSV's order (`CSV_COLUMNS`). harness.results.report fills the rows.
+(`COLUMNS`) and the CSV's order (`CSV_COLUMNS`). `table_rows` fills the rows.
 """
 
 from __future__ import annotations
@@ -431,8 +431,8 @@ WITNESS_MIN_SHARE = 0.9  # a call that moves less than this share of the minimum
 
 
 def flags(bench: BenchRow, row: TableRow, speedup: Interval) -> list[str]:
-    """What a reader must know before trusting the benchmark's numbers; `row` is its table row
-    (harness.results.report), `speedup` its device speedup."""
+    """What a reader must know before trusting the benchmark's numbers; `row` is its table row,
+    `speedup` its device speedup."""
     found = []
     witnessed = row.ncu_pct
     if witnessed is not None and witnessed < 100 * WITNESS_MIN_SHARE:
@@ -489,7 +489,7 @@ COLUMNS = {  # column: header in the markdown table
     "gbps": "GB/s",
     "ceiling_pct": "of copy",
     "when": "run (UTC)",
-    "notes": "notes",  # detail, flags and log (harness.results.report.notes)
+    "notes": "notes",  # detail, flags and log (`notes`)
 }
 
 # The CSV's columns beyond the table's, in order (written as words to keep the list short).

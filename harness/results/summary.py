@@ -211,7 +211,7 @@ def _weak_table(weak: dict[str, RunRecord]) -> str:
 def write_summary(folder: Path, all_records: list[RunRecord]) -> Path:
     """Re-render `summary.md` in `folder` from `all_records` (its run log, as
     harness.record.read gives it); returns its path. The caller holds the folder's lock
-    (harness.results.summary)."""
+    (`render_folder`, `render_problem`)."""
     path = folder / SUMMARY_NAME
     files.write_atomic(path, summary_markdown(all_records))
     return path
@@ -427,7 +427,7 @@ def _draw(axes: Any, problem: str, gpu: str, bars: list[Bar]) -> None:
 
 def write_chart(folder: Path, problem: str, records: list[RunRecord]) -> Path | None:
     """Re-draw `<problem>.svg` in `folder` from `records` (its run log, as harness.record.read
-    gives it); returns its path. The caller holds the folder's lock (harness.results.summary).
+    gives it); returns its path. The caller holds the folder's lock (`render_problem`).
 
     None, writing nothing, when matplotlib is missing or no solution of `problem` is ok (then
     a chart drawn before, which would show solutions no longer ok or forgotten, is removed).

@@ -6,7 +6,7 @@ costs seconds, and one worker a problem made a 21-problem sweep wait minutes bef
 solution. Problems are audited as their solutions come up for judging (`Preparing`), a batch
 at a time, so a sweep's first judgement waits for a few audits, not for all of them. A problem
 its batch's worker could not audit (it died, say) is audited alone when it is prepared.
-Answers are kept across runs (harness.run.auditing), so only problems not audited before
+Answers are kept across runs (`AuditCache`), so only problems not audited before
 are audited. Warnings are said on the console; a rejection
 is the run's refusal of the problem, with the command that lists every finding.
 

@@ -11,7 +11,7 @@ import the harness from it: PYTHONPATH), and the problems and solutions at the p
 names them by (a shared filesystem, or the same checkout everywhere); run.py runs on a host of
 the cluster. --build-dir and --log-dir name a folder on each host.
 
-Builds and logs travel between hosts as harness.run.raypool says.
+Builds and logs travel between hosts as `pack` and `restore` below say.
 
 The sandbox (--sandbox, harness.run.sandboxing) is the run's on every host: this process makes
 its rules from the run's folders, solutions and problems (`RayPool.sandbox`), and each judging
@@ -19,7 +19,7 @@ actor and build task makes it the active one of its process before its first job
 run does, and says where it cannot ('required' then refuses: the run does not start, or a
 build is not run).
 
-A build and a log sent between the hosts of a Ray cluster (harness.run.raypool).
+A build and a log sent between the hosts of a Ray cluster.
 
 A build made on one host is of no use to a judge on another: the build task packs its build
 folder (tar, into Ray's object store), and a judge whose cache lacks that folder unpacks it
@@ -213,7 +213,7 @@ class RayPool:
     holds_builds = False  # a build task runs on another host: the run waits for builds
 
     def built(self, job: Job) -> bool:
-        """Never: a judge gets its build from the build task, packed (harness.run.raypool)."""
+        """Never: a judge gets its build from the build task, packed (`pack`)."""
         return False
 
     def build(self, job: Job, folders: list[Path], on_event: OnEvent) -> Future[Judged]:

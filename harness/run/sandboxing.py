@@ -5,7 +5,7 @@ of its own, Landlock rules (the run's results, logs, build cache and the other s
 unreadable; only its scratch folder and the device nodes writable; no ptrace or signal out of
 it) and limits on memory, processes and open files, then execs the interpreter. The harness
 copies into the scratch folder what the job may see and takes out what it made
-(harness.run.sandboxing); an audit hook in the worker names the rule an attempt met
+(`stage`, `publish`); an audit hook in the worker names the rule an attempt met
 (harness.measure.sandboxed). `missing` says what this machine lacks.
 
 Find, and remove, the modules a solution planted where later processes import from.
@@ -91,7 +91,7 @@ class Sandbox:
     def __init__(self, policy: Policy, root: Path) -> None:
         self.policy = policy
         self.root = root
-        self.links = root / "b"  # harness.run.sandboxing's stable build names
+        self.links = root / "b"  # the stable build names `stage` links
         self.workers = root / "w" / str(os.getpid())  # this run's scratch folders
         self.launcher = root / "python"
         self._made = False  # the folders and the launcher, made by the first scratch()

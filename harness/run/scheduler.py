@@ -6,7 +6,7 @@ free slot (one per device, one job at a time each). A verdict the build reaches 
 compile error, a CUDA solution on a CPU run) is recorded without a judge. Each record is
 appended the moment it is made, so an interrupted run keeps everything it finished, and
 `--resume` skips what is already recorded for the same solution content, toolchain and
-settings (harness.run.scheduler).
+settings (`Earlier`, `comparable`).
 
 Builds must not share the host's cores with timed calls: on a CPU those are the whole call; on
 a GPU it is the host time that the per-call figures and the KernelBench profile's timer include
