@@ -43,6 +43,7 @@
 #                     then each level swept and KernelBench's evaluator in KB_SHARDS processes
 #   bash scripts/gpu_session.sh ray-sweep   issue 44: a trimmed Ray (scripts/trim_ray.sh .raytrim,
 #                     carried) started here, and the LLM-shaped suite swept on it (see the part)
+#   bash scripts/gpu_session.sh ray-rate    issue 44: builds an hour on 1, 2, 3 local Ray nodes
 #   KB_SRC=<KernelBench checkout> KB_PROBLEMS=<its level1 files> bash scripts/gpu_session.sh \
 #       kernelbench   the side-by-side with KernelBench's own evaluator (docs/kernelbench.md, "Judged as
 #                     KernelBench judges"): builds first, KernelBench's evaluator, then the
@@ -91,6 +92,20 @@ state=${STATE:-/tmp/gpu-state}
 [ -d "$state/results" ] || { mkdir -p "$state" && cp -r results "$state/results"; }
 gpu=$($python -c 'import torch, re; print(re.sub("[^a-z0-9]+", "-", torch.cuda.get_device_name().lower()).strip("-"))')
 first=$state/results/$gpu second=$state/second/$gpu
+
+ray_site() {  # Ray's wheel is over the device tool's carry: RAY_TRIM (default .raytrim,
+  # scripts/trim_ray.sh's ray-trim.tar.xz and wheels/) unpacked beside the checkout, on the path
+  local trim=${RAY_TRIM:-.raytrim} site=$state/ray-site wheel name
+  if [ ! -d "$site/ray" ]; then
+    mkdir -p "$site" && tar xJf "$trim/ray-trim.tar.xz" -C "$site"
+    for wheel in "$trim"/wheels/*.whl; do  # only what this host lacks: torch keeps its own
+      name=$(basename "$wheel" | cut -d- -f1)
+      $python -c "import importlib.metadata as m; m.version('$name')" 2>/dev/null ||
+        $python -m pip install -q --no-index --no-deps --target "$site" "$wheel"
+    done
+  fi
+  export PYTHONPATH=$site${PYTHONPATH:+:$PYTHONPATH}
+}
 
 kb_prelude() {  # kernelbench-all and -finish: KernelBench's wheels, then once a machine the
   # comparison's memory on a 5.4e9-element output
@@ -175,8 +190,10 @@ elif [ "$part" = rows-alone ]; then
   # After throughput: ROWS (default 6) of a sweep's CUDA solutions, each run alone (a run.py of
   # its own, nothing else on the host), then --compare against the sweep's rows. FROM=cold
   # (default: the sweep whose builds ran beside its judging, stopped while it timed) or cached.
+  # After CACHED=after-cold both sweeps judged the cold suite.
   from=${FROM:-cold} && suite=$state/l1-${from/cached/warm} && solo=$state/l1-alone-$from
-  for file in $(ls "$suite"/solutions/*/cuda_ok.py | head -n "${ROWS:-6}"); do
+  [ -d "$suite" ] || suite=$state/l1-cold
+  for file in $(ls "$suite"/solutions/*/cuda_ok*.py | head -n "${ROWS:-6}"); do
     name=$(basename "$(dirname "$file")")
     step "alone-$name" 60 $python run.py --problem "$suite/problems/$name.py" --solution "$file" \
       --build-dir "$suite/builds" --results-dir "$solo" --budget-ms 500 >/dev/null
@@ -398,16 +415,7 @@ elif [ "$part" = ray-sweep ]; then
   # ray-trim.tar.xz and wheels/) is unpacked beside the checkout; then the LLM-shaped suite
   # (COUNT problems, default 20, 3 samples each, level-1 sizes) swept cold with --ray auto,
   # sandbox on, checked against the verdicts known in advance.
-  trim=${RAY_TRIM:-.raytrim} site=$state/ray-site
-  if [ ! -d "$site/ray" ]; then
-    mkdir -p "$site" && tar xJf "$trim/ray-trim.tar.xz" -C "$site"
-    for wheel in "$trim"/wheels/*.whl; do  # only what this host lacks: torch keeps its own
-      name=$(basename "$wheel" | cut -d- -f1)
-      $python -c "import importlib.metadata as m; m.version('$name')" 2>/dev/null ||
-        $python -m pip install -q --no-index --no-deps --target "$site" "$wheel"
-    done
-  fi
-  export PYTHONPATH=$site${PYTHONPATH:+:$PYTHONPATH}
+  ray_site
   step ray-start 120 $python -m ray.scripts.scripts start --head --num-gpus 1 \
     --include-dashboard false --disable-usage-stats
   $python scripts/make_suite.py "$state/ray-suite" --style llm --samples 3 --sizes level1 \
@@ -418,6 +426,14 @@ elif [ "$part" = ray-sweep ]; then
   step ray-check 30 $python scripts/check_sweep.py "$state"/ray-results/*/ \
     "$state/ray-suite/expected.json"
   $python -m ray.scripts.scripts stop >/dev/null 2>&1
+elif [ "$part" = ray-rate ]; then
+  # Issue 44: builds an hour on a local Ray cluster of 1, 2 and 3 one-CPU nodes, all on this
+  # 16-core host (scripts/ray_build_rate.py; the trimmed Ray as for ray-sweep), over the
+  # LLM-shaped suite of RATE_COUNT problems (default 6, seed 3: 5 CUDA builds).
+  ray_site
+  $python scripts/make_suite.py "$state/rate-suite" --style llm --count "${RATE_COUNT:-6}" \
+    --seed 3 >/dev/null
+  step ray-rate $((budget - SECONDS - 10)) $python scripts/ray_build_rate.py "$state/rate-suite"
 else  # sanitize
   for solution in multilabel_margin/fast_cuda multilabel_margin/warp_cuda smooth_l1/fast_cuda; do
     step "memcheck-${solution//\//-}" 120 compute-sanitizer --tool memcheck --error-exitcode 9 \
