@@ -1,6 +1,7 @@
 """One build, stage by stage: a solution's CUDA unit compiled as the harness compiles it (against
-<torch/types.h> where it includes <torch/extension.h>: harness/measure/builds.py) and as
-written, each in a fresh build folder, one after the other.
+the lightest header it compiles with where it includes <torch/extension.h>: ATen's operator
+headers or <torch/types.h>, harness/measure/builds.py) and as written, each in a fresh build
+folder, one after the other.
 
     python scripts/build_probe.py PROBLEM SOLUTION [--pch-dir DIR] [--way light|as written]
 

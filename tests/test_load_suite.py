@@ -19,6 +19,7 @@ import torch
 from harness import accuracy, verdicts
 from harness.loading import Case, Problem, import_file, load_problem, make_inputs
 from harness.matching import DTYPE_DEFAULT, mismatch, tolerance
+from harness.measure import builds
 from harness.measure.audit import WARN, audit_problem
 from harness.measure.checking import build_models, check_once
 from harness.run.discovery import missing_model_new
@@ -389,7 +390,8 @@ def test_the_llm_style_writes_cuda_solutions_as_llms_write_them(tmp_path: Path) 
 @pytest.mark.build
 def test_an_llm_shaped_solution_compiles_against_the_light_header(tmp_path: Path, cli) -> None:
     """The whole way, with nvcc (no GPU needed): run.py builds an LLM-shaped solution, and its
-    CUDA unit, which includes <torch/extension.h>, compiles against <torch/types.h>."""
+    CUDA unit, which includes <torch/extension.h>, compiles against the lightest header: its
+    operators' own (builds.OPS), made from the installed PyTorch."""
     suite = _llm_suite(tmp_path / "llm", samples=1)
     expected = json.loads((suite / "expected.json").read_text())["solutions"]
     key = next(k for k, v in expected.items() if v["kind"] == "cuda_ok")
@@ -401,5 +403,5 @@ def test_an_llm_shaped_solution_compiles_against_the_light_header(tmp_path: Path
     record = cli.record(stem)
     assert record["status"] == verdicts.NO_GPU
     (build,) = record["builds"]
-    assert build["cuda"] and build["cuda_header"] == "torch/types.h"
+    assert build["cuda"] and build["cuda_header"] == builds.OPS
     assert "hint" not in build

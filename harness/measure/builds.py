@@ -19,26 +19,34 @@ A lighter PyTorch header for a build's CUDA units, with the source as written to
 LLM-written CUDA sources almost always `#include <torch/extension.h>`: all of PyTorch's C++
 frontend and pybind11, which nvcc parses twice (device and host) and which takes most of a
 build's minute. Their CUDA code needs `<torch/types.h>` (ATen, the tensor factories, the
-`torch::` names), which `<torch/extension.h>` includes itself, through `<torch/all.h>`.
+`torch::` names), which `<torch/extension.h>` includes itself, through `<torch/all.h>`; and of
+ATen's 2,000-odd operators only those it names.
 
 So each CUDA unit that `load_inline` wrote into its build folder and that includes
 `<torch/extension.h>` compiles from a copy beside it, `<stem>.light.cu`, where that include
-reads `<torch/types.h>` and nothing else differs: a `#line` directive keeps the compiler's
-file names and line numbers those of the unit as written. A unit that uses what only the full
-header declares (pybind11, `torch::nn`) fails to compile that way; the build then compiles the
-unit as written, and remembers it (`<stem>.cu.as-written`, holding the unit's digest), so a
-later load of the same source neither tries again nor rebuilds. The one way the two could
-compile differently is an overload declared only in the full header that C++ would prefer for
-a call: the light copy would call the other one (docs/problems.md). The worker's log says
-which unit compiled from what, and each build's record holds it (`Build.cuda_header`).
+reads the lightest of two headers it compiles with, and nothing else differs (a `#line`
+directive keeps the compiler's file names and line numbers those of the unit as written):
+first OPS, `<stem>.light.h`, made from the installed `<torch/types.h>` with ATen's operators
+declared one header each for the names the unit uses (`_ops_header`, where it can say that
+every function the unit can name is declared as in the full header); then `<torch/types.h>`
+itself (LIGHT). A unit that uses what a lighter header lacks (pybind11, `torch::nn`) fails to
+compile with it; the build then tries the next, down to the unit as written, and remembers
+each failure beside the unit (`<stem>.cu.ops-failed`, `<stem>.cu.as-written`, holding the
+unit's digest), so a later load of the same source neither tries again nor rebuilds. The one
+way the two could compile differently is an overload declared only in the full header that
+C++ would prefer for a call: the light copy would call the other one (docs/problems.md). The
+worker's log says which unit compiled from what, and each build's record holds it
+(`Build.cuda_header`).
 
 HARNESS_LIGHT_HEADER=0 compiles every unit as written.
 """
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import inspect
+import itertools
 import os
 import re
 import subprocess
@@ -270,11 +278,12 @@ def _agreement(produced: list[str], at: int, written: list[str], to: int) -> int
 
 
 FULL, LIGHT = "torch/extension.h", "torch/types.h"
+OPS = "ATen operator headers"  # Build.cuda_header of a unit compiled against `_ops_header`
 AS_WRITTEN = "as written"  # Build.cuda_header of a unit that fell back
 INCLUDE = re.compile(rf"^([ \t]*#[ \t]*include[ \t]*)[<\"]{re.escape(FULL)}[>\"]", re.MULTILINE)
 CUDA_COMPILE = re.compile(r"^(build \S+\.o: cuda_compile )(\S+)$", re.MULTILINE)
 SWITCH = "HARNESS_LIGHT_HEADER"
-FALLBACK = "light header: compiling as written"  # the log's line before the as-written compile
+FALLBACK = "light header: the light copy did not compile"  # the log's line before the next try
 _FAILED = object()  # the light compile's outcome where ninja failed
 _used: list[str] = []  # what each CUDA unit compiled against, since the last `take`
 
@@ -294,36 +303,38 @@ def install() -> None:
 
 
 def wrap(run_ninja: Callable[..., Any]) -> Callable[..., Any]:
-    """`run_ninja` (torch's `_run_ninja_build`), compiling light units where they compile."""
+    """`run_ninja` (torch's `_run_ninja_build`), compiling each light unit against the lightest
+    header it compiles with: OPS, then LIGHT, then as written."""
 
     def lightened(build_directory: str, *args: Any, **kwargs: Any) -> Any:
         build = Path(build_directory)
         ninja = build / "build.ninja"
         written = ninja.read_text()
         units = [Path(source) for _, source in CUDA_COMPILE.findall(written)]
-        copies = {unit: _light_copy(unit) for unit in units if _lightens(unit, build)}
-        light = {unit: copy for unit, copy in copies.items() if copy is not None}
-        if not light:
-            _used.extend(AS_WRITTEN for unit in units if _includes_full(unit))
-            return run_ninja(build_directory, *args, **kwargs)
-        ninja.write_text(_pointed(written, light))
-        for unit, copy in light.items():
-            print(
-                f"light header: {unit.name} compiles as {copy.name} ({FULL} read as {LIGHT})",
-                flush=True,
-            )
-        try:
-            result = run_ninja(build_directory, *args, **kwargs)
-        except (RuntimeError, subprocess.CalledProcessError):
-            result = _FAILED
-        if result is not _FAILED:
-            _used.extend(LIGHT for _ in light)
-            return result
-        print(f"{FALLBACK}: the light copy did not compile; {FULL} as the source says", flush=True)
-        for unit in light:
-            _as_written(unit).write_text(_digest(unit))
+        tried = [unit for unit in units if _lightens(unit, build)]
+        for header in (OPS, LIGHT):
+            copies = {unit: _light_copy(unit, header, written) for unit in tried}
+            light = {unit: copy for unit, copy in copies.items() if copy is not None}
+            if not light:
+                continue
+            ninja.write_text(_pointed(written, light))
+            for unit, copy in light.items():
+                said = f"{unit.name} compiles as {copy.name} ({FULL} read as {header})"
+                print(f"light header: {said}", flush=True)
+            try:
+                result = run_ninja(build_directory, *args, **kwargs)
+            except (RuntimeError, subprocess.CalledProcessError):
+                result = _FAILED
+            if result is not _FAILED:
+                _used.extend(header for _ in light)
+                return result
+            print(f"{FALLBACK} against {header}", flush=True)
+            for unit in light:
+                _failed_marker(unit, header).write_text(_digest(unit))
         ninja.write_text(written)
-        _used.extend(AS_WRITTEN for _ in light)
+        _used.extend(AS_WRITTEN for unit in units if _includes_full(unit))
+        if tried:
+            print(f"light header: compiling as written ({FULL} as the source says)", flush=True)
         return run_ninja(build_directory, *args, **kwargs)
 
     lightened.lightens = True  # type: ignore[attr-defined]
@@ -331,14 +342,12 @@ def wrap(run_ninja: Callable[..., Any]) -> Callable[..., Any]:
 
 
 def take() -> str | None:
-    """What the CUDA units compiled since the last call read: LIGHT when every unit that
-    includes the full header compiled from its light copy, AS_WRITTEN when one fell back, None
-    when none included it. Clears the tally."""
-    used = list(_used)
+    """What the CUDA units compiled since the last call read for the full header: the
+    heaviest of what they read (AS_WRITTEN, LIGHT, OPS), None when none included it. Clears
+    the tally."""
+    used = set(_used)
     _used.clear()
-    if not used:
-        return None
-    return AS_WRITTEN if AS_WRITTEN in used else LIGHT
+    return next((header for header in (AS_WRITTEN, LIGHT, OPS) if header in used), None)
 
 
 def first_error_text(log: str) -> str:
@@ -352,29 +361,143 @@ def _lightens(unit: Path, build: Path) -> bool:
     resolve), that includes the full header, and did not fail light before."""
     if unit.parent.resolve() != build.resolve() or not _includes_full(unit):
         return False
+    return not _failed_before(unit, LIGHT)
+
+
+def _failed_before(unit: Path, header: str) -> bool:
     try:
-        return _as_written(unit).read_text() != _digest(unit)
+        return _failed_marker(unit, header).read_text() == _digest(unit)
     except OSError:
-        return True
+        return False
 
 
-def _light_copy(unit: Path) -> Path | None:
-    """`<stem>.light.cu` beside `unit`, written only where its text changes (ninja rebuilds
-    what is newer than its object); None where the unit cannot be read."""
+def _light_copy(unit: Path, header: str, ninja: str) -> Path | None:
+    """`<stem>.light.cu` beside `unit`, its full header read as `header` (OPS: `_ops_header`,
+    written beside it as `<stem>.light.h`), written only where its text changes (ninja
+    rebuilds what is newer than its object); None where the unit cannot be read, or where
+    `header` is OPS and the unit failed with it before or cannot use it."""
     try:
         text = unit.read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError):
         return None
-    light = INCLUDE.sub(lambda m: f"{m.group(1)}<{LIGHT}>", text)
-    light = f'#line 1 "{unit}"\n{light}'
-    copy = unit.with_name(f"{unit.stem}.light{unit.suffix}")
+    include = f"<{header}>"
+    if header == OPS:
+        ops = None if _failed_before(unit, OPS) else _ops_header(text, _include_dirs(ninja))
+        if ops is None:
+            return None
+        include = f'"{_refreshed(unit.with_name(f"{unit.stem}.light.h"), ops)}"'
+    reads = OPS_READS if header == OPS else INCLUDE
+    light = reads.sub(lambda m: f"{m.group(1)}{include}", text)
+    return _refreshed(
+        unit.with_name(f"{unit.stem}.light{unit.suffix}"), f'#line 1 "{unit}"\n{light}'
+    )
+
+
+def _refreshed(path: Path, text: str) -> Path:
+    """`path`, holding `text`: written only where it held something else."""
     try:
-        if copy.read_text(encoding="utf-8") == light:
-            return copy
+        if path.read_text(encoding="utf-8") == text:
+            return path
     except OSError:
         pass
-    copy.write_text(light, encoding="utf-8")
-    return copy
+    path.write_text(text, encoding="utf-8")
+    return path
+
+
+# What the OPS header leaves out of <torch/types.h>: <ATen/ATen.h>'s every-operator headers and
+# the IR and operator-registration headers, which a kernel's glue does not use.
+_OPS_DROPPED = re.compile(
+    r"^[ \t]*#[ \t]*include[ \t]*<(ATen/NativeFunctions\.h|ATen/core/ivalue\.h"
+    r"|ATen/core/jit_type\.h|torch/library\.h)>[ \t]*\n",
+    re.MULTILINE,
+)
+PER_OPERATOR = "#ifndef AT_PER_OPERATOR_HEADERS\n#define AT_PER_OPERATOR_HEADERS\n#endif\n"
+_EVERY_OP = re.compile(r"^[ \t]*#[ \t]*include[ \t]*<ATen/Functions\.h>[ \t]*\n", re.MULTILINE)
+_ONCE = re.compile(r"^[ \t]*#[ \t]*pragma[ \t]+once[ \t]*\n", re.MULTILINE)
+# The includes the OPS header stands for (load_inline puts <torch/types.h> before every unit)
+OPS_READS = re.compile(
+    r"^([ \t]*#[ \t]*include[ \t]*)[<\"]torch/(extension|types)\.h[>\"]", re.MULTILINE
+)
+_OTHER_TORCH = re.compile(
+    r"^[ \t]*#[ \t]*include[ \t]*[<\"](torch/|ATen/ATen\.h|ATen/Functions\.h)", re.M
+)
+_WORD = re.compile(r"[A-Za-z_]\w*")
+_INLINE = re.compile(r"^inline\b[^(;{]*?\b(\w+)\(", re.MULTILINE)
+
+
+def _ops_header(text: str, include_dirs: list[Path]) -> str | None:
+    """The OPS header for a unit of source `text`, read for its every <torch/extension.h> and
+    <torch/types.h>: <torch/types.h> as installed (found in
+    `include_dirs`), with <ATen/ATen.h> read as its own includes less the every-operator
+    header, and in its place `<ATen/ops/NAME.h>` for each NAME the unit's text names; the
+    operator-registration and IR headers left out. Each at:: function a unit can name is
+    then declared with every overload it has in the full header; None where that cannot be
+    said: a unit that includes another torch header, names `native::`, or calls a function
+    that <ATen/Functions.h> declares itself (`at::size(t, d)`, `std(t, 1)`, but not
+    `t.size(0)` or `std::vector`), or torch's headers are not where expected."""
+    found = {name: _find(include_dirs, name) for name in ("torch/types.h", "ATen/ATen.h")}
+    functions, ops = _find(include_dirs, "ATen/Functions.h"), _find(include_dirs, "ATen/ops")
+    if (
+        None in found.values()
+        or functions is None
+        or ops is None
+        or _OTHER_TORCH.search(OPS_READS.sub("", text))
+    ):
+        return None
+    if "native::" in text or _calls_any(text, _functions_own(functions)):
+        return None
+    named = sorted(set(_WORD.findall(text)) & _op_names(ops))
+    aten, every = _EVERY_OP.subn(
+        "".join(f"#include <ATen/ops/{name}.h>\n" for name in named), _read(found["ATen/ATen.h"])
+    )
+    aten = _ONCE.sub("", _OPS_DROPPED.sub("", aten))
+    types = _ONCE.sub("", _OPS_DROPPED.sub("", _read(found["torch/types.h"])))
+    if every != 1 or "#include <ATen/ATen.h>\n" not in types:
+        return None
+    lighter = types.replace("#include <ATen/ATen.h>\n", aten, 1)
+    return f"#pragma once\n{PER_OPERATOR}{lighter}"
+
+
+def _calls_any(text: str, names: frozenset[str]) -> bool:
+    """Whether `text` calls one of `names` as a free function: unqualified, or as at:: or
+    torch::, never as a member (`.`, `->`) or in another namespace (`std::`)."""
+    for found in re.finditer(rf"\b({'|'.join(sorted(names))})\s*\(", text):
+        before = text[: found.start()].rstrip()
+        if before.endswith((".", "->")):
+            continue
+        if before.endswith("::") and not re.search(r"\b(at|torch)\s*::$", before):
+            continue
+        return True
+    return False
+
+
+@functools.cache
+def _functions_own(functions: Path) -> frozenset[str]:
+    """The functions <ATen/Functions.h> declares itself, beside its operators' headers."""
+    return frozenset(_INLINE.findall(_read(functions))) or frozenset({"numel"})
+
+
+@functools.cache
+def _op_names(ops: Path) -> frozenset[str]:
+    """The operators with a header of their own in ATen/ops (`NAME.h`)."""
+    names = {path.name[:-2] for path in ops.glob("*.h")}
+    return frozenset(name for name in names if not name.endswith(("_ops", "_native", "_meta")))
+
+
+def _include_dirs(ninja: str) -> list[Path]:
+    """The include folders of the CUDA compiles in a build.ninja (`-I` and `-isystem`)."""
+    line = re.search(r"^cuda_cflags = (.*)$", ninja, re.MULTILINE)
+    words = line.group(1).split() if line else []
+    dirs = [b for a, b in itertools.pairwise(words) if a in ("-I", "-isystem")]
+    return [Path(d) for d in dirs + [w[2:] for w in words if w.startswith("-I") and len(w) > 2]]
+
+
+def _find(include_dirs: list[Path], name: str) -> Path | None:
+    return next((d / name for d in include_dirs if (d / name).exists()), None)
+
+
+def _read(path: Path | None) -> str:
+    return path.read_text(encoding="utf-8", errors="replace") if path else ""
 
 
 def _pointed(ninja: str, light: dict[Path, Path]) -> str:
@@ -390,8 +513,10 @@ def _includes_full(unit: Path) -> bool:
         return False
 
 
-def _as_written(unit: Path) -> Path:
-    return unit.with_name(f"{unit.name}.as-written")
+def _failed_marker(unit: Path, header: str) -> Path:
+    """Beside `unit`, the digest of its text where it failed to compile against `header`
+    (LIGHT: it compiles as written)."""
+    return unit.with_name(f"{unit.name}.{'ops-failed' if header == OPS else 'as-written'}")
 
 
 def _digest(unit: Path) -> str:
