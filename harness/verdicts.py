@@ -15,17 +15,36 @@ Errors that reach the user as one line.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from enum import Enum
 
-OK = "ok"
-INCORRECT = "incorrect"
-COMPILE_ERROR = "compile_error"
-LOAD_ERROR = "load_error"
-RUNTIME_ERROR = "runtime_error"
-CRASHED = "crashed"
-TIMEOUT = "timeout"
-NO_GPU = "no_gpu"
-PROBLEM_ERROR = "problem_error"
-REJECTED = "rejected"
+
+class Name(str, Enum):
+    """A name that is its own string: equal to it, hashed, printed and written to JSON as it
+    (a record read back holds the plain string, which compares equal)."""
+
+    def __str__(self) -> str:
+        return str(self.value)
+
+
+class Status(Name):
+    """A solution's verdict (the record's and the row's `status`)."""
+
+    OK = "ok"
+    INCORRECT = "incorrect"
+    COMPILE_ERROR = "compile_error"
+    LOAD_ERROR = "load_error"
+    RUNTIME_ERROR = "runtime_error"
+    CRASHED = "crashed"
+    TIMEOUT = "timeout"
+    NO_GPU = "no_gpu"
+    PROBLEM_ERROR = "problem_error"
+    REJECTED = "rejected"
+
+
+OK, INCORRECT, COMPILE_ERROR = Status.OK, Status.INCORRECT, Status.COMPILE_ERROR
+LOAD_ERROR, RUNTIME_ERROR, CRASHED = Status.LOAD_ERROR, Status.RUNTIME_ERROR, Status.CRASHED
+TIMEOUT, NO_GPU, PROBLEM_ERROR = Status.TIMEOUT, Status.NO_GPU, Status.PROBLEM_ERROR
+REJECTED = Status.REJECTED
 
 MEANING = {
     OK: "built, correct on every case and trial, and timed",
@@ -53,118 +72,156 @@ class Rule:
     decided_in: str  # the module that decides it, under harness/
 
 
-REJECTIONS = {
-    "input_mutated": Rule(
+class RuleName(Name):
+    """A rule of fair measurement that rejects a solution (the record's `reason`)."""
+
+    INPUT_MUTATED = "input_mutated"
+    OUTPUT_ALIASES_INPUT = "output_aliases_input"
+    NOT_A_TENSOR = "not_a_tensor"
+    STREAM_SWITCHED = "stream_switched"
+    LATE_WORK = "late_work"
+    HARNESS_DATA_CHANGED = "harness_data_changed"
+    NONDETERMINISTIC = "nondeterministic"
+    TIMER_REPLACED = "timer_replaced"
+    HARNESS_REPLACED = "harness_replaced"
+    UNSEEN_WORK = "unseen_work"
+    NO_OWN_KERNEL = "no_own_kernel"
+    FIG_LEAF = "fig_leaf"
+    PLANTED_MODULE = "planted_module"
+    SANDBOX_NETWORK = "sandbox_network"
+    SANDBOX_FILESYSTEM = "sandbox_filesystem"
+    SANDBOX_PTRACE = "sandbox_ptrace"
+    SANDBOX_PROCESSES = "sandbox_processes"
+    SANDBOX_MEMORY = "sandbox_memory"
+
+
+class FlagName(Name):
+    """A flag a table's row can carry."""
+
+    WEAK_PROBLEM = "weak_problem"
+    MOVED = "moved"
+    ABOVE_CEILING = "above_ceiling"
+    SYNCHRONIZES = "synchronizes"
+    HOST_BOUND = "host_bound"
+    LAUNCH_BOUND = "launch_bound"
+    NOISY = "noisy"
+    THROTTLED = "throttled"
+    LOAD = "load"
+    COMPILE_MISMATCH = "compile_mismatch"
+
+
+REJECTIONS: dict[str, Rule] = {
+    RuleName.INPUT_MUTATED: Rule(
         "a call wrote to one of its inputs (a solution must leave them unchanged)",
         "measure/anticheat.py, measure/gradients.py",
     ),
-    "output_aliases_input": Rule(
+    RuleName.OUTPUT_ALIASES_INPUT: Rule(
         "an output shares memory with an input instead of being a new tensor",
         "measure/anticheat.py",
     ),
-    "not_a_tensor": Rule(
+    RuleName.NOT_A_TENSOR: Rule(
         "an output is a subclass of torch.Tensor, not a plain tensor", "measure/anticheat.py"
     ),
-    "stream_switched": Rule(
+    RuleName.STREAM_SWITCHED: Rule(
         "the call changed the current CUDA stream and left it changed", "measure/anticheat.py"
     ),
-    "late_work": Rule(
+    RuleName.LATE_WORK: Rule(
         "an output changed after the call returned: work on another stream or thread, unseen "
         "by the timer",
         "measure/anticheat.py",
     ),
-    "harness_data_changed": Rule(
+    RuleName.HARNESS_DATA_CHANGED: Rule(
         "a call changed tensors the harness holds: the inputs as drawn, or its copies of them",
         "measure/anticheat.py, measure/feeding.py",
     ),
-    "nondeterministic": Rule(
+    RuleName.NONDETERMINISTIC: Rule(
         "right on the first call, wrong on a second on the same inputs: a race, or an output "
         "kept from an earlier call",
         "measure/checking.py",
     ),
-    "timer_replaced": Rule(
+    RuleName.TIMER_REPLACED: Rule(
         "a clock, CUDA timing or synchronisation function, or a comparison of torch was replaced",
         "measure/anticheat.py",
     ),
-    "harness_replaced": Rule(
+    RuleName.HARNESS_REPLACED: Rule(
         "a function or class of the harness's own modules was replaced", "measure/anticheat.py"
     ),
-    "unseen_work": Rule(
+    RuleName.UNSEEN_WORK: Rule(
         "the wall clock saw more time per call than the timer: work the timer did not see",
         "measure/seen.py",
     ),
-    "no_own_kernel": Rule(
+    RuleName.NO_OWN_KERNEL: Rule(
         "on a GPU, the solution launched no kernel of its own: the work is PyTorch's",
         "measure/profiling.py",
     ),
-    "fig_leaf": Rule(
+    RuleName.FIG_LEAF: Rule(
         "the solution re-ran every kernel of the reference beside a small one of its own",
         "measure/profiling.py",
     ),
-    "planted_module": Rule(
+    RuleName.PLANTED_MODULE: Rule(
         "the solution left a module where later processes import from", "run/sandboxing.py"
     ),
-    "sandbox_network": Rule(
+    RuleName.SANDBOX_NETWORK: Rule(
         "in the sandbox, the solution tried to connect, bind or send on an internet socket",
         "measure/sandboxed.py",
     ),
-    "sandbox_filesystem": Rule(
+    RuleName.SANDBOX_FILESYSTEM: Rule(
         "in the sandbox, the solution opened or changed a path it may not reach (results, "
         "logs, builds, other solutions; for writing, anything outside its scratch folder)",
         "measure/sandboxed.py",
     ),
-    "sandbox_ptrace": Rule(
+    RuleName.SANDBOX_PTRACE: Rule(
         "in the sandbox, the solution tried to trace or read another process",
         "measure/sandboxed.py",
     ),
-    "sandbox_processes": Rule(
+    RuleName.SANDBOX_PROCESSES: Rule(
         "in the sandbox, the solution started half its process limit (--max-processes)",
         "measure/sandboxed.py",
     ),
-    "sandbox_memory": Rule(
+    RuleName.SANDBOX_MEMORY: Rule(
         "in the sandbox, the solution ran out of its heap limit (--memory-gb)",
         "run/sandboxing.py",
     ),
 }
 
-FLAGS = {
-    "weak_problem": Rule(
+FLAGS: dict[str, Rule] = {
+    FlagName.WEAK_PROBLEM: Rule(
         "the problem's audit found that a wrong solution could pass it (zeros, a constant, a "
         "memorised output, a random or nondeterministic reference): judged, but its verdict "
         "proves less",
         "measure/audit.py",
     ),
-    "moved": Rule(
+    FlagName.MOVED: Rule(
         "under ncu the call moved less than the problem's minimum bytes: skipped work, or a "
         "wrong byte count",
         "results/report.py",
     ),
-    "above_ceiling": Rule(
+    FlagName.ABOVE_CEILING: Rule(
         "faster than the GPU's copy bandwidth allows: a warm cache, a wrong byte count, or "
         "skipped work",
         "results/report.py",
     ),
-    "synchronizes": Rule(
+    FlagName.SYNCHRONIZES: Rule(
         "a side waits for the device in each call (timed with its synchronisation)",
         "measure/timing.py",
     ),
-    "host_bound": Rule(
+    FlagName.HOST_BOUND: Rule(
         "the per-call and device speedups part by more than 10%: the side named is host-bound",
         "measure/benchmarking.py",
     ),
-    "launch_bound": Rule(
+    FlagName.LAUNCH_BOUND: Rule(
         "a side's time is near the timer's launch floor (try --graph)", "measure/benchmarking.py"
     ),
-    "noisy": Rule(
+    FlagName.NOISY: Rule(
         "a side's relative standard error ended above 1% (the stop reason says why it stopped)",
         "results/report.py",
     ),
-    "throttled": Rule("the GPU throttled during the row's samples", "measure/gpustate.py"),
-    "load": Rule(
+    FlagName.THROTTLED: Rule("the GPU throttled during the row's samples", "measure/gpustate.py"),
+    FlagName.LOAD: Rule(
         "the machine was busy when the row was timed (load, other GPU processes)",
         "results/load.py",
     ),
-    "compile_mismatch": Rule(
+    FlagName.COMPILE_MISMATCH: Rule(
         "torch.compile's output differs from eager's, so there is no 'vs compile'",
         "results/report.py",
     ),

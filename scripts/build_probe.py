@@ -1,9 +1,9 @@
 """One build, stage by stage: a solution's CUDA unit compiled as the harness compiles it (against
 the lightest header it compiles with where it includes <torch/extension.h>: ATen's operator
-headers or <torch/types.h>, harness/measure/builds.py) and as written, each in a fresh build
-folder, one after the other.
+headers or <torch/types.h>, harness/measure/builds.py), against <torch/types.h> alone, and as
+written, each in a fresh build folder, one after the other.
 
-    python scripts/build_probe.py PROBLEM SOLUTION [--pch-dir DIR] [--way light|as written]
+    python scripts/build_probe.py PROBLEM SOLUTION [--pch-dir DIR] [--way light|types|as written]
 
 For each way: run.py --build-only's own "built in" line and its whole time, then each step of
 the build's ninja log (main.o, cuda.cuda.o, the link), in seconds, and within the CUDA unit
@@ -12,7 +12,7 @@ commands are unchanged): the host preprocessing, cudafe++, cicc (the device fron
 end), ptxas, and the host compiler on what cudafe++ left. Run it with nothing else
 on the machine. The sandbox is off (its own cost is in docs/anticheat.md). --pch-dir shares a
 folder of precompiled headers made already (a sweep's `<build cache>/.pch`), so main.cpp
-compiles as in a sweep; without it, both builds start without one.
+compiles as in a sweep; without it, every build starts without one.
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
-WAYS = {"light": "1", "as written": "0"}  # HARNESS_LIGHT_HEADER
+WAYS = {"light": "1", "types": "types", "as written": "0"}  # HARNESS_LIGHT_HEADER
 
 
 def ninja_steps(build_dir: Path) -> list[tuple[str, float]]:
@@ -80,9 +80,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("problem", help="the problem (a file or folder, as --problem takes)")
     parser.add_argument("solution", help="the solution file")
     parser.add_argument("--pch-dir", help="a folder of precompiled headers made already")
-    parser.add_argument("--way", choices=[*WAYS, "both"], default="both", help="default: both")
+    parser.add_argument("--way", choices=[*WAYS, "all"], default="all", help="default: all")
     args = parser.parse_args(argv)
-    for way in WAYS if args.way == "both" else [args.way]:
+    for way in WAYS if args.way == "all" else [args.way]:
         probe(args.problem, args.solution, way, args.pch_dir)
     return 0
 

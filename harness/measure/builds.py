@@ -38,7 +38,8 @@ C++ would prefer for a call: the light copy would call the other one (docs/probl
 worker's log says which unit compiled from what, and each build's record holds it
 (`Build.cuda_header`).
 
-HARNESS_LIGHT_HEADER=0 compiles every unit as written.
+HARNESS_LIGHT_HEADER=0 compiles every unit as written; HARNESS_LIGHT_HEADER=types tries
+<torch/types.h> alone.
 """
 
 from __future__ import annotations
@@ -312,7 +313,7 @@ def wrap(run_ninja: Callable[..., Any]) -> Callable[..., Any]:
         written = ninja.read_text()
         units = [Path(source) for _, source in CUDA_COMPILE.findall(written)]
         tried = [unit for unit in units if _lightens(unit, build)]
-        for header in (OPS, LIGHT):
+        for header in (LIGHT,) if os.environ.get(SWITCH) == "types" else (OPS, LIGHT):
             copies = {unit: _light_copy(unit, header, written) for unit in tried}
             light = {unit: copy for unit, copy in copies.items() if copy is not None}
             if not light:
