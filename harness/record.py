@@ -118,7 +118,7 @@ class BenchRow:
     witness: Witness | None = field(default=None, metadata=OMIT_NONE)
     # "backward" or "forward+backward": a pass's row, else None
     backward: str | None = field(default=None, metadata=OMIT_NONE)
-    # host time included (GPU rows since 2026-12-01)
+    # host time included (GPU rows; None in older records)
     per_call: PerCall | None = field(default=None, metadata=OMIT_NONE)
     # "reference" or "solution": per-call and device speedups part
     host_bound: str | None = field(default=None, metadata=OMIT_NONE)

@@ -160,8 +160,8 @@ def restrict_files(policy: Policy, scratch: Path) -> None:
     for shared in policy.shared:
         rules.allow(Path(shared), READ)
     rules.allow(scratch, READ | WRITE)
-    # CUDA's start writes under /proc/<its pid> (on the H200, cudaGetDeviceCount failed with
-    # error 304 without it; tuning/sandbox_cuda_probe.py); the pid is the worker's after exec
+    # CUDA's start writes under /proc/<its pid> (without it cudaGetDeviceCount fails, error
+    # 304: tuning/sandbox_cuda_probe.py, docs/anticheat.md); the pid is the worker's after exec
     rules.allow(Path(f"/proc/{os.getpid()}"), READ | WRITE)
     rules.allow(Path("/dev"), READ | DEVICE)
     rules.allow(Path("/dev/shm"), READ | WRITE)

@@ -22,10 +22,10 @@ Read from ScalingIntelligence/KernelBench (`src/kernelbench/eval.py` and `timing
   mean over the solution's (stats.mean_ratio gives its interval).
 
 No device profile runs before the timing in the worker (harness.measure.profiling): with one
-before it, CUPTI stayed attached and KernelBench's timer measured a 4.6 us kernel at 28.7 us.
+before it, CUPTI stays attached and inflates KernelBench's timer (docs/kernelbench.md).
 
 Unlike this harness's own timer, the fill hides only the host time it takes to run on the
-device (about 60 us on an H200): a reference whose eager launches take longer is timed with
+device (docs/kernelbench.md): a reference whose eager launches take longer is timed with
 part of its host overhead.
 """
 

@@ -18,9 +18,9 @@ from harness.measure import anticheat, feeding
 
 UNSEEN_FACTOR = 3.0  # wall time per call above this many times the timed (or host) time ...
 UNSEEN_SLACK_US = 50.0  # ... plus this is work the events did not see
-# The wall-clock cross-check times this many short batches: on a busy machine (a load of 6 on
-# 2 cores in CI's own runs) nearly every 5 ms batch was preempted, honest calls read 5-100x
-# their timed figure and were rejected; the least of many 1 ms batches is rarely preempted.
+# The wall-clock cross-check times this many short batches: on a busy machine long batches are
+# preempted, so that honest calls read many times their timed figure and would be rejected;
+# the least of many 1 ms batches is rarely preempted (docs/timing.md).
 SEEN_BATCHES = 12
 SEEN_BATCH_US = 1000.0  # ... each about this long (1 to 200 calls; 3 batches of longer calls)
 SEEN_PAUSE_S = 1.0  # before the second try, where the first failed

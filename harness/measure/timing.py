@@ -174,7 +174,7 @@ class WallTimer:
 # How CudaTimer empties L2 before each call. "read" (the default) reads a buffer twice the L2
 # size, so the call starts with L2 full of clean lines of that buffer. "write" zeroes it, as
 # triton's do_bench does: the call then starts with L2 full of dirty lines, and pays for writing
-# them back as it evicts them (measured on the H200: up to 6 us on a 24 us kernel). None: no
+# them back as it evicts them (docs/timing.md measures what that costs). None: no
 # flush (CUDA-graph mode, where rotated input sets keep the cache cold).
 FLUSHES = (*settings.FLUSHES, None)  # None: no flush (CUDA-graph replays)
 

@@ -4,7 +4,7 @@ After a solution is judged `ok` on a GPU, each benchmark's call is made once mor
 process launched by Nsight Compute (harness.measure.witness), which counts the bytes its
 kernels move: read from DRAM, written to DRAM, and written to L2. ncu empties the caches before
 each kernel it profiles, so every byte a kernel reads comes from DRAM once at least; a write
-can stay in L2 (60 MB on the H200) when the kernel ends, so writes are counted where they reach
+can stay in L2 (tens of MB) when the kernel ends, so writes are counted where they reach
 L2. A call that moves less than the problem's minimum (`count_bytes`, else its inputs and
 outputs once) skipped work, or the count is wrong; the table flags it (harness.results.report).
 
