@@ -16,7 +16,6 @@ from dataclasses import dataclass
 from harness.record import RunRecord
 
 LOADED_SHARE = 1.0  # a CPU row is flagged when the load average exceeds this share of the CPUs
-CSV_COLUMNS = ("load_1m", "cpu_count", "gpu_processes")
 
 
 def cpu_timed(run: RunRecord) -> bool:
@@ -26,8 +25,8 @@ def cpu_timed(run: RunRecord) -> bool:
 
 @dataclass(frozen=True)
 class Load:
-    """A run's load as its table rows' columns (the CSV keeps CSV_COLUMNS; `cpu_timed` says
-    which of them `flags` holds against)."""
+    """A run's load as its table rows' columns (`cpu_timed` says which of them `flags` holds
+    against)."""
 
     load_1m: float | None
     cpu_count: int | None

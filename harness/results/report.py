@@ -10,15 +10,16 @@ code before it.
 The flags of a table's row: what a reader must know before trusting its numbers (a warm
 cache, skipped work, noise, throttling, a machine's load, a host-bound side, ...).
 
-A problem table's columns: the row type (`TableRow`), the markdown table's headers
-(`COLUMNS`) and the CSV's order (`CSV_COLUMNS`). `table_rows` fills the rows.
+A problem table's columns are `TableRow`'s fields, each declared once with its markdown
+heading and whether the CSV has it; `MARKDOWN` orders the table's, and `table_rows` fills
+the rows.
 """
 
 from __future__ import annotations
 
 import datetime
 from collections.abc import Mapping
-from dataclasses import asdict, dataclass, replace
+from dataclasses import asdict, dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any
 
@@ -31,6 +32,7 @@ from harness.results import load
 from harness.settings import KERNELBENCH
 from harness.stats import Interval
 
+REQUIRED = object()  # `column`: a field without a default
 NOTES_CHARS = 160  # a markdown cell longer than this is cut; the CSV keeps it whole
 NO_LOAD = load.Load(None, None, None, cpu_timed=False)  # a load not shown: no columns, no flag
 
@@ -475,100 +477,87 @@ def flags(bench: BenchRow, row: TableRow, speedup: Interval) -> list[str]:
     return found
 
 
-COLUMNS = {  # column: header in the markdown table
-    "solution": "solution",
-    "shape": "shape",
-    "status": "status",
-    "median_us": "time (us)",
-    "iqr_pct": "IQR",
-    "n": "n",
-    "ref_median_us": "eager (us)",
-    "speedup": "speedup [95% CI]",
-    "per_call_speedup": "per call [95% CI]",
-    "vs_compile": "vs compile",
-    "gbps": "GB/s",
-    "ceiling_pct": "of copy",
-    "when": "run (UTC)",
-    "notes": "notes",  # detail, flags and log (`notes`)
-}
-
-# The CSV's columns beyond the table's, in order (written as words to keep the list short).
-CSV_EXTRA = """
-    speedup speedup_low speedup_high vs_compile vs_compile_low vs_compile_high
-    per_call_us ref_per_call_us per_call_speedup per_call_speedup_low per_call_speedup_high
-    host_bound compile_median_us compile_cached compile_mismatch ref_iqr_pct rse ref_rse stop mode
-    floor_us launch_bound bytes flops tflops ncu_bytes ncu_pct ncu_kernels sm_mhz temp_c
-    throttled_samples own_share reference_share
-"""
-CSV_COLUMNS = [
-    *(c for c in COLUMNS if c not in ("notes", "speedup", "per_call_speedup", "vs_compile")),
-    *CSV_EXTRA.split(),
-    *load.CSV_COLUMNS,
-    *"flags detail warnings log solution_path run_id".split(),  # noqa: SIM905
-]
+def column(header: str | None = None, *, default: Any = REQUIRED, csv: bool = True) -> Any:
+    """A TableRow field: `header`, its heading where the markdown table shows it (in
+    MARKDOWN's order); `csv`, whether the CSV has it (in the fields' order)."""
+    metadata = {"header": header, "csv": csv}
+    if default is REQUIRED:
+        return field(metadata=metadata)
+    return field(default=default, metadata=metadata)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class TableRow:
     """One line of a problem's table and CSV: a solution's benchmark shape, or its verdict
-    alone where it did not reach timing (then every timing column is None)."""
+    alone where it did not reach timing (then every timing column is None). Each column is
+    declared here once: its name, type, markdown heading and place in the CSV."""
 
-    # the solution and its record
-    solution: str
-    status: str
-    when: str
-    detail: str
-    warnings: str
-    log: str | None
-    solution_path: str
-    run_id: str
-    own_share: float | None
-    reference_share: float | None
-    shape: str = "-"
-    # the times, the speedups and their intervals
-    median_us: float | None = None
-    iqr_pct: float | None = None
-    n: int | None = None
-    ref_median_us: float | None = None
-    ref_iqr_pct: float | None = None
-    speedup: float | None = None
-    speedup_low: float | None = None
-    speedup_high: float | None = None
-    rse: float | None = None
-    ref_rse: float | None = None
-    stop: str | None = None
-    mode: str | None = None
-    floor_us: float | None = None
-    launch_bound: bool | None = None
-    # per call, host included
-    per_call_us: float | None = None
-    ref_per_call_us: float | None = None
-    per_call_speedup: float | None = None
-    per_call_speedup_low: float | None = None
-    per_call_speedup_high: float | None = None
-    host_bound: str | None = None
-    # the work, and the roof
-    bytes: int | None = None
-    flops: int | None = None
-    gbps: float | None = None
-    tflops: float | None = None
-    ceiling_pct: float | None = None
-    # torch.compile
-    vs_compile: float | None = None
-    vs_compile_low: float | None = None
-    vs_compile_high: float | None = None
-    compile_median_us: float | None = None
-    compile_cached: bool | None = None
-    compile_mismatch: str | None = None
-    # what ncu counted (--ncu), the GPU's state, the machine's load
-    ncu_bytes: int | None = None
-    ncu_pct: float | None = None
-    ncu_kernels: int | None = None
-    sm_mhz: str | None = None
-    temp_c: str | None = None
-    throttled_samples: int | None = None
-    load_1m: float | None = None
-    cpu_count: int | None = None
-    gpu_processes: int | None = None
-    cpu_timed: bool | None = None  # not in the CSV: load.flags reads it
-    flags: str | None = None
+    # the solution and its record; the markdown table's columns carry their header
+    solution: str = column("solution")
+    shape: str = column("shape", default="-")
+    status: str = column("status")
+    median_us: float | None = column("time (us)", default=None)
+    iqr_pct: float | None = column("IQR", default=None)
+    n: int | None = column("n", default=None)
+    ref_median_us: float | None = column("eager (us)", default=None)
+    gbps: float | None = column("GB/s", default=None)
+    ceiling_pct: float | None = column("of copy", default=None)
+    when: str = column("run (UTC)")
+    # the speedups and their intervals; per call, host included; torch.compile
+    speedup: float | None = column("speedup [95% CI]", default=None)
+    speedup_low: float | None = column(default=None)
+    speedup_high: float | None = column(default=None)
+    vs_compile: float | None = column("vs compile", default=None)
+    vs_compile_low: float | None = column(default=None)
+    vs_compile_high: float | None = column(default=None)
+    per_call_us: float | None = column(default=None)
+    ref_per_call_us: float | None = column(default=None)
+    per_call_speedup: float | None = column("per call [95% CI]", default=None)
+    per_call_speedup_low: float | None = column(default=None)
+    per_call_speedup_high: float | None = column(default=None)
+    host_bound: str | None = column(default=None)
+    compile_median_us: float | None = column(default=None)
+    compile_cached: bool | None = column(default=None)
+    compile_mismatch: str | None = column(default=None)
+    # the timer's statistics
+    ref_iqr_pct: float | None = column(default=None)
+    rse: float | None = column(default=None)
+    ref_rse: float | None = column(default=None)
+    stop: str | None = column(default=None)
+    mode: str | None = column(default=None)
+    floor_us: float | None = column(default=None)
+    launch_bound: bool | None = column(default=None)
+    # the work and the roof; what ncu counted (--ncu); the GPU's state, the machine's load
+    bytes: int | None = column(default=None)
+    flops: int | None = column(default=None)
+    tflops: float | None = column(default=None)
+    ncu_bytes: int | None = column(default=None)
+    ncu_pct: float | None = column(default=None)
+    ncu_kernels: int | None = column(default=None)
+    sm_mhz: str | None = column(default=None)
+    temp_c: str | None = column(default=None)
+    throttled_samples: int | None = column(default=None)
+    own_share: float | None = column()
+    reference_share: float | None = column()
+    load_1m: float | None = column(default=None)
+    cpu_count: int | None = column(default=None)
+    gpu_processes: int | None = column(default=None)
+    # the row's flags and the record's text
+    flags: str | None = column(default=None)
+    detail: str = column()
+    warnings: str = column()
+    log: str | None = column()
+    solution_path: str = column()
+    run_id: str = column()
+    cpu_timed: bool | None = column(default=None, csv=False)  # load.flags reads it
+
+
+# The markdown table's columns, in order; "notes" (the row's detail, flags and log) is made
+# from several fields (`notes`).
+MARKDOWN = (
+    *("solution", "shape", "status", "median_us", "iqr_pct", "n", "ref_median_us", "speedup"),
+    *("per_call_speedup", "vs_compile", "gbps", "ceiling_pct", "when", "notes"),
+)
+_HEADERS = {f.name: f.metadata["header"] for f in fields(TableRow)} | {"notes": "notes"}
+COLUMNS = {name: _HEADERS[name] for name in MARKDOWN}  # column: heading in the markdown table
+CSV_COLUMNS = [f.name for f in fields(TableRow) if f.metadata["csv"]]
