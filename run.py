@@ -53,7 +53,7 @@ def settings_for(
     `capability` given)."""
     import torch
 
-    from harness import toolchain
+    from harness import settings
 
     if device is None:
         device = pick_device(args.device)
@@ -62,7 +62,7 @@ def settings_for(
     return settings.from_flags(
         args,
         device=device,
-        arch=toolchain.arch_list(capability, args.arch),
+        arch=settings.arch_list(capability, args.arch),
         secret=settings.draw_secret(args.secret),
     )
 
@@ -184,10 +184,10 @@ def audit_problems(args: argparse.Namespace) -> int:
 
 
 if __name__ == "__main__":
-    from harness.run import ending
+    from harness.run import flags
 
     # Ctrl-C must work whatever was inherited: a background job of a script starts with SIGINT
     # ignored, and Python then leaves it ignored. SIGTERM and SIGHUP stop a run as Ctrl-C
-    # does, and an interrupted run ends every process it started (harness/run/ending.py).
+    # does, and an interrupted run ends every process it started (harness/run/flags.py).
     signal.signal(signal.SIGINT, signal.default_int_handler)
-    sys.exit(ending.run_to_end(main))
+    sys.exit(flags.run_to_end(main))

@@ -3,7 +3,8 @@
 The folders say where code runs; tests/test_layout.py holds every import to this plan:
 
 run/       the parent process, one per run.py: finds the work and drives it
-    flags      every flag of run.py and every exit status, declared once; -h needs no torch
+    flags      every flag of run.py and every exit status, declared once; -h needs no torch;
+               process trees: what a run or a job started ends with it (SIGTERM as Ctrl-C)
     driving    run.py's runs: which problems and solutions, on which pool, what is printed;
                --render and --forget
     scheduler  many solutions of many problems at once: builds in a pool, judging on each slot;
@@ -14,15 +15,14 @@ run/       the parent process, one per run.py: finds the work and drives it
     reporting  what a run tells the user while the scheduler works
     progress   tell the user what a long step is doing
     session    run the solutions of a problem, each in a worker, and record each result
-    scan       a static scan of a solution's source, as warnings
     auditing   the audits of a run's problems: on a GPU all in one worker, warnings and refusals;
                their answers kept across runs in the build cache, by the reference's content
     isolate    spawn the worker with time limits and turn any failure into a status; the
                pool's builds stopped while a timing runs
-    ending     process trees: what a run or a job started ends with it (SIGTERM as Ctrl-C)
     sandboxing  --sandbox: each worker started through the launcher, with a scratch folder; a
                job's files staged in and out; modules a solution planted, removed
-    discovery  find problems and solutions on disk
+    discovery  find problems and solutions on disk; a static scan of a solution's source, as
+               warnings
     machine    describe the machine a run happened on, and its load as each solution starts
     ncu        --ncu: have Nsight Compute count the bytes one call moves, as a witness
     replay     the command that replays a failed solution on the case it failed on
@@ -30,8 +30,8 @@ measure/   the worker process, one per solution: builds, checks and times it
     worker     load, check and time one solution (the worker's entry point); a spare worker
                started ahead of its job
     messages   what a worker tells the parent while it works, and what its job ended with
-    seen       the wall-clock cross-check after the timing: work the timer did not see
-    builds     watch the extension builds a solution makes; the light header (<torch/types.h>);
+    builds     watch the extension builds a solution makes; the light headers (ATen's operator
+               headers, <torch/types.h>);
                a compiler error pointed at the solution's .py
     pch        PyTorch's extension header, precompiled once for every build
     checking   build Model and ModelNew alike and check every case, in the reference's mode
@@ -43,16 +43,16 @@ measure/   the worker process, one per solution: builds, checks and times it
                the backward passes timed for it
     anticheat  the rules each inspected call must keep (inputs, aliasing, late work, poison);
                clocks, timers and the harness's functions left unreplaced
-    feeding    fresh inputs for every timed call, and spot checks of timed outputs
+    feeding    fresh inputs for every timed call, and spot checks of timed outputs; the
+               wall-clock cross-check after the timing: work the timer did not see
     profiling  the profiler's check that a solution runs kernels of its own, not as a fig leaf
     benchmarking  time each benchmark shape: the solution and eager PyTorch side by side; the
                calls the timer samples; each call timed from an idle device too
     compiled   the torch.compile baseline: eager and the compiled reference side by side
     timing     sample calls side by side under the stopping rule; CUDA-event and wall timers
-    roofline   bytes and FLOPs a problem must move, and the GPU's copy-bandwidth ceiling
-    gpustate   SM clock, temperature, throttling, other processes through NVML (read only)
+    hardware   bytes and FLOPs a problem must move, the GPU's copy-bandwidth ceiling; SM
+               clock, temperature, throttling, other processes through NVML (read only)
     witness    the one call that ncu counts, in a process of its own (run.py --ncu)
-    sandboxed  in the sandbox, name the rule each attempt of a solution meets (an audit hook)
 results/   reads recorded files only (no GPU, no worker): what people read
     report     a problem's tables (markdown and CSV): their columns, each row's flags, which
                record of each solution a table shows
@@ -65,21 +65,21 @@ results/   reads recorded files only (no GPU, no worker): what people read
 
 Shared by all three, importing no wing:
     settings   the run's settings: declared once, made from the flags, carried whole; the
-               tolerance a run may set (without torch, for run.py -h)
+               tolerance a run may set (without torch, for run.py -h); the toolchain:
+               CUDA_HOME, target architectures, per-solution build folders
     record     the typed record of a run and its benchmark rows; writes and reads the run log
-    codec      dataclasses to JSON and back, for the run log, the worker's messages, the specs
-    files      locked folders, atomic writes, JSON-lines logs
+    codec      dataclasses to JSON and back, for the run log, the worker's messages, the specs;
+               locked folders, atomic writes, JSON-lines logs
     loading    import a reference and read its optional extras (tolerances, cases, benchmarks);
                seeded inputs (one seed plan), copied with their exact layout to each side
     matching   whether two outputs match, and the one tolerance rule
     accuracy   the accuracy rule: errors against the reference run in float64, and its own;
                a tensor read a block at a time (bounded temporaries for outputs of any size)
     stats      a call's raw timings; intervals for medians and speedups, relative standard
-               error, geometric mean
-    toolchain  CUDA_HOME, target architectures, per-solution build folders
-    parts      where a worker's seconds go: named parts of judging, each second counted once
+               error, geometric mean; where a worker's seconds go (named parts of judging)
     sandbox    the sandbox's policy, and the launcher that closes the doors before a worker
-               starts; Landlock's three system calls
+               starts; Landlock's three system calls; in the worker, the audit hook that
+               names the rule each attempt meets
     verdicts   the verdicts and what each means, every rejection rule and row flag, the
                one-line errors that reach the user
 """

@@ -39,7 +39,7 @@ from typing import Any
 
 import torch
 
-from harness.parts import part
+from harness.stats import part
 
 WIDE = torch.float64  # the exact answer's dtype
 # A solution may err this many times the reference's own error (its scale, see above).

@@ -38,8 +38,8 @@ from typing import Any
 import numpy as np
 import torch
 
-from harness.parts import part
 from harness.settings import Checking
+from harness.stats import part
 from harness.verdicts import UserError
 
 REQUIRED_NAMES = ("Model", "get_inputs", "get_init_inputs")

@@ -16,7 +16,7 @@ import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from harness import codec, files
+from harness import codec
 from harness.codec import omitted_when
 from harness.settings import REPO, Settings
 from harness.stats import Interval, Measurement, PerCall
@@ -28,7 +28,7 @@ OMIT_NONE = omitted_when(None)  # a key written only where it applies
 
 @dataclass(frozen=True)
 class GpuState:
-    """The GPU's SM clock and temperature over a row's samples (harness.measure.gpustate)."""
+    """The GPU's SM clock and temperature over a row's samples (harness.measure.hardware)."""
 
     sm_mhz: tuple[int, ...]  # lowest and highest
     temp_c: tuple[int, ...]  # lowest and highest
@@ -141,7 +141,7 @@ class Build:
 
 @dataclass(frozen=True)
 class Ceiling:
-    """The GPU's copy bandwidth, the roof of the 'of copy' column (harness.measure.roofline)."""
+    """The GPU's copy bandwidth, the roof of the 'of copy' column (harness.measure.hardware)."""
 
     copy_gbps: float
     copy_bytes: int | None = None
@@ -235,7 +235,7 @@ class RunRecord:
     reference_hash: str | None = field(default=None, metadata=OMIT_NONE)
     # seconds in each step of the worker (isolate)
     phase_s: dict[str, float] | None = field(default=None, metadata=OMIT_NONE)
-    # ... and in each part of those steps (harness.parts)
+    # ... and in each part of those steps (harness.stats)
     parts_s: dict[str, float] | None = field(default=None, metadata=OMIT_NONE)
     # what the audit found weak in the problem: a wrong solution could pass it
     weaknesses: tuple[Finding, ...] = field(default=(), metadata=omitted_when(()))
@@ -244,7 +244,7 @@ class RunRecord:
 def append(folder: Path, record: RunRecord) -> None:
     """Append `record` to the folder's run log as one JSON line (whole, even when several
     runs write the folder at once)."""
-    files.append(folder, codec.encode(record), LOG_NAME)
+    codec.append(folder, codec.encode(record), LOG_NAME)
 
 
 def forget(folder: Path, problem: str, solution: str) -> list[str]:
@@ -255,7 +255,7 @@ def forget(folder: Path, problem: str, solution: str) -> list[str]:
     stamp = datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
     for path in paths:
         line = {"kind": FORGET, "problem": problem, "solution_path": path, "time": stamp}
-        files.append(folder, line, LOG_NAME)
+        codec.append(folder, line, LOG_NAME)
     return paths
 
 
@@ -279,7 +279,7 @@ def read(folder: Path) -> list[RunRecord]:
     skipped with a warning."""
     records: list[RunRecord] = []
     skipped = 0
-    for data in files.read(folder, LOG_NAME):
+    for data in codec.read(folder, LOG_NAME):
         if data.get("kind") == FORGET:
             gone = (data.get("problem"), data.get("solution_path"))
             records = [r for r in records if (r.problem, r.solution_path) != gone]

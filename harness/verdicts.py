@@ -148,7 +148,7 @@ REJECTIONS: dict[str, Rule] = {
     ),
     RuleName.UNSEEN_WORK: Rule(
         "the wall clock saw more time per call than the timer: work the timer did not see",
-        "measure/seen.py",
+        "measure/feeding.py",
     ),
     RuleName.NO_OWN_KERNEL: Rule(
         "on a GPU, the solution launched no kernel of its own: the work is PyTorch's",
@@ -163,20 +163,20 @@ REJECTIONS: dict[str, Rule] = {
     ),
     RuleName.SANDBOX_NETWORK: Rule(
         "in the sandbox, the solution tried to connect, bind or send on an internet socket",
-        "measure/sandboxed.py",
+        "sandbox.py",
     ),
     RuleName.SANDBOX_FILESYSTEM: Rule(
         "in the sandbox, the solution opened or changed a path it may not reach (results, "
         "logs, builds, other solutions; for writing, anything outside its scratch folder)",
-        "measure/sandboxed.py",
+        "sandbox.py",
     ),
     RuleName.SANDBOX_PTRACE: Rule(
         "in the sandbox, the solution tried to trace or read another process",
-        "measure/sandboxed.py",
+        "sandbox.py",
     ),
     RuleName.SANDBOX_PROCESSES: Rule(
         "in the sandbox, the solution started half its process limit (--max-processes)",
-        "measure/sandboxed.py",
+        "sandbox.py",
     ),
     RuleName.SANDBOX_MEMORY: Rule(
         "in the sandbox, the solution ran out of its heap limit (--memory-gb)",
@@ -216,7 +216,7 @@ FLAGS: dict[str, Rule] = {
         "a side's relative standard error ended above 1% (the stop reason says why it stopped)",
         "results/report.py",
     ),
-    FlagName.THROTTLED: Rule("the GPU throttled during the row's samples", "measure/gpustate.py"),
+    FlagName.THROTTLED: Rule("the GPU throttled during the row's samples", "measure/hardware.py"),
     FlagName.LOAD: Rule(
         "the machine was busy when the row was timed (load, other GPU processes)",
         "results/load.py",

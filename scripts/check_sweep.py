@@ -25,7 +25,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from harness import files, verdicts
+from harness import codec, verdicts
 from harness.record import FORGET, LOG_NAME
 
 DEVICES = ("cpu", "cuda")
@@ -70,7 +70,7 @@ def read_seen(folder: Path) -> list[Seen]:
     any age counts (a line without problem, solution or status is skipped with a warning)."""
     seen: list[Seen] = []
     skipped = 0
-    for data in files.read(folder, LOG_NAME):
+    for data in codec.read(folder, LOG_NAME):
         if data.get("kind") == FORGET:
             gone = (data.get("problem"), data.get("solution_path"))
             seen = [s for s in seen if (s.problem, s.path) != gone]

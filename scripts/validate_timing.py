@@ -30,7 +30,7 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 
-from harness.measure import roofline
+from harness.measure import hardware
 from harness.measure.timing import CudaTimer, sample
 from harness.record import read as read_records
 from harness.results import report, summary
@@ -101,7 +101,7 @@ def plain_copy_gbps(device: torch.device, reps: int = 20) -> float:
 
 def compare_copy(device: torch.device, results: Path) -> dict[str, Any]:
     info = machine.describe(device, ROOT)
-    ceiling = roofline.ceiling(results / machine.slug(info), device, info)
+    ceiling = hardware.ceiling(results / machine.slug(info), device, info)
     plain = plain_copy_gbps(device)
     reported = ceiling.copy_gbps if ceiling else None
     return {

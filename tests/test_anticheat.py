@@ -17,9 +17,9 @@ import torch
 import run
 from harness import loading, matching, verdicts
 from harness.matching import Tolerance, mismatch
-from harness.measure import anticheat, checking, feeding, profiling, seen
+from harness.measure import anticheat, checking, feeding, profiling
 from harness.measure.profiling import Kernel, Profile
-from harness.run import scan
+from harness.run import discovery
 from harness.verdicts import Verdict
 from tests.conftest import FIXTURES
 
@@ -154,14 +154,14 @@ def test_work_the_timer_did_not_see_is_rejected() -> None:
 
     feed = feeding.Feed(threaded, [[torch.ones(4)]])
     feed.prepare()
-    timed_us = seen._timer_us(feed, CPU, 10)  # what the timer sees: the thread's start alone
+    timed_us = feeding._timer_us(feed, CPU, 10)  # what the timer sees: the thread's start alone
     time.sleep(0.3)  # those threads end
     with pytest.raises(Verdict) as caught:
-        seen.check_seen(feed, timed_us=timed_us, host_us=None, device=CPU)
+        feeding.check_seen(feed, timed_us=timed_us, host_us=None, device=CPU)
     assert caught.value.reason == "unseen_work"
     honest = feeding.Feed(lambda x: x * 2, [[torch.ones(4)]])
     honest.prepare()
-    assert seen.check_seen(honest, timed_us=1e4, host_us=None, device=CPU) < 2e4
+    assert feeding.check_seen(honest, timed_us=1e4, host_us=None, device=CPU) < 2e4
 
 
 def test_a_machine_busy_through_one_whole_try_gets_a_second_try() -> None:
@@ -174,7 +174,7 @@ def test_a_machine_busy_through_one_whole_try_gets_a_second_try() -> None:
 
     feed = feeding.Feed(busy_at_first, [[torch.ones(4)]])
     feed.prepare()
-    assert seen.check_seen(feed, timed_us=1000.0, host_us=None, device=CPU) < 2000.0
+    assert feeding.check_seen(feed, timed_us=1000.0, host_us=None, device=CPU) < 2000.0
     assert len(calls) == 36  # 12 batches of one, then 12 of one beside one timed as the timer does
 
 
@@ -183,7 +183,7 @@ def test_a_machine_busy_through_both_tries_is_told_from_work_the_timer_did_not_s
     # try times the calls as the timer does, slow too, so this is no unseen work.
     slow = feeding.Feed(lambda x: (time.sleep(0.005), x * 2)[1], [[torch.ones(4)]])
     slow.prepare()
-    assert seen.check_seen(slow, timed_us=1000.0, host_us=None, device=CPU) > 3050.0
+    assert feeding.check_seen(slow, timed_us=1000.0, host_us=None, device=CPU) > 3050.0
 
 
 def test_a_warm_call_runs_other_inputs_than_the_timed_calls_and_is_never_judged() -> None:
@@ -493,23 +493,25 @@ def test_without_kernel_durations_there_are_no_shares_and_no_fig_leaf_verdict(
 
 
 def test_the_scan_names_what_it_found_in_the_cheats() -> None:
-    found = {path.stem: scan.scan(path) for path in sorted((FIXTURES / "cheats").glob("*.py"))}
+    found = {path.stem: discovery.scan(path) for path in sorted((FIXTURES / "cheats").glob("*.py"))}
     assert found["replaces_event"] == ["source: replaces torch.cuda.Event (line 18)"]
     assert "source: starts threads (line 3)" in found["background_thread"]
     assert any("data pointer" in w for w in found["replay_by_pointer"])
     assert any("CUDA stream of its own" in w for w in found["side_stream"])
     assert found["returns_nan"] == []
     cuda_in_a_string = Path(FIXTURES / "toy_solutions" / "cuda_kernel.py")
-    assert scan.scan(cuda_in_a_string) == []  # data_ptr() inside CUDA source is not Python
+    assert discovery.scan(cuda_in_a_string) == []  # data_ptr() inside CUDA source is not Python
 
 
 def test_the_scan_names_what_hides_names_from_it() -> None:
     """Names built at run time and pasted CUDA tokens are flagged as such: what they do is
     for the dynamic rules to catch (the fixtures' verdicts, in test_cheats and test_gpu)."""
     cheats = FIXTURES / "cheats"
-    assert scan.scan(cheats / "hides_names.py") == [f"source: {scan.COMPUTED_NAME} (line 6)"]
-    assert scan.scan(cheats / "token_pasting.py") == [f"source: {scan.PASTED} (line 9)"]
-    assert scan.scan(cheats / "installs_at_run_time.py") == [
+    assert discovery.scan(cheats / "hides_names.py") == [
+        f"source: {discovery.COMPUTED_NAME} (line 6)"
+    ]
+    assert discovery.scan(cheats / "token_pasting.py") == [f"source: {discovery.PASTED} (line 9)"]
+    assert discovery.scan(cheats / "installs_at_run_time.py") == [
         "source: starts processes (an install at run time?) (line 5)",
         "source: reaches into the import path (sys.path) (line 20)",
     ]

@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 import torch
 
-from harness import toolchain, verdicts
+from harness import verdicts
 from harness.loading import load_problem
 from harness.measure import audit
 from harness.measure.audit import Audited, audit_each
@@ -84,7 +84,7 @@ def test_on_a_gpu_only_the_problems_not_audited_before_go_to_the_worker(tmp_path
         job = lambda source, task, label: Job(source.name, "", "", "", "", settings, task)  # noqa: E731
         kept = (
             AuditCache(tmp_path / ".audits", "here"),
-            lambda s: toolchain.source_hash(s.reference),
+            lambda s: settings.source_hash(s.reference),
         )
         said = io.StringIO()
         return Auditing(settings, Progress(said), job, alone, kept), said

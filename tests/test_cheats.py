@@ -180,7 +180,7 @@ def test_calling_torch_multilabel_margin_loss_is_flagged_on_cpu(module_cli: CliR
 
 
 def test_the_shipped_solutions_raise_no_source_warnings() -> None:
-    from harness.run.scan import scan
+    from harness.run.discovery import scan
 
     for path in sorted((REPO / "solutions").rglob("*.py")):
         assert scan(path) == [], path

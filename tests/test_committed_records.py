@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from harness import codec, files, record, verdicts
+from harness import codec, record, verdicts
 from harness.record import RunRecord
 from harness.results import baselines, comparison, report, summary
 from harness.settings import Limits, StopRule
@@ -136,7 +136,7 @@ def test_the_committed_compile_baselines_match_the_rows_that_used_them(
     records: list[RunRecord],
 ) -> None:
     entries = baselines.read(H200)
-    assert len(entries) == len(files.read(H200, baselines.LOG_NAME))  # every line reads
+    assert len(entries) == len(codec.read(H200, baselines.LOG_NAME))  # every line reads
     for run_id in (ISSUE_5_RUN, ISSUE_11_RUN):
         fast = of_run(records, run_id, "smooth_l1", "fast_cuda")
         for bench in fast.benchmarks:

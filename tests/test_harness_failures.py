@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 import run
-from harness import files, verdicts
+from harness import codec, verdicts
 from harness.loading import import_file
 from harness.measure import worker
 from harness.run import isolate
@@ -85,12 +85,12 @@ def test_a_folder_failing_during_the_run_stops_it_without_a_verdict(
     broken: str,
 ) -> None:
     # As if the folder broke after the check: a disk filled, a folder removed meanwhile.
-    monkeypatch.setattr(files, "unwritable", lambda folder: None)
+    monkeypatch.setattr(codec, "unwritable", lambda folder: None)
     places = folders(tmp_path, recorded_ok)
     results = places["--results-dir"]
     before = log_text(results)
     if broken == "--results-dir":  # the log is there, with its row, but cannot be locked
-        (lock,) = results.glob(f"*/{files.LOCK_NAME}")
+        (lock,) = results.glob(f"*/{codec.LOCK_NAME}")
         lock.unlink()
         lock.mkdir()
     else:

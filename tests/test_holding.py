@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from harness.run import ending, isolate
+from harness.run import flags, isolate
 
 pytestmark = pytest.mark.skipif(not isolate.can_hold(), reason="no /proc here")
 
@@ -53,9 +53,7 @@ def build_tree() -> tuple[subprocess.Popen[str], list[int]]:
     assert worker.stdout is not None
     grandchildren = [int(pid) for pid in worker.stdout.readline().split()]
     child = [
-        p
-        for p in ending.tree(worker.pid, ending.children())
-        if p not in (worker.pid, *grandchildren)
+        p for p in flags.tree(worker.pid, flags.children()) if p not in (worker.pid, *grandchildren)
     ]
     return worker, [worker.pid, *child, *grandchildren]
 

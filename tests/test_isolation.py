@@ -116,7 +116,7 @@ def test_a_spare_worker_runs_a_job_as_a_fresh_one_does(tmp_path: Path) -> None:
         assert result.status == "runtime_error", result
         assert "deliberate failure in forward" in result.detail
         assert set(result.phase_s or {}) == {"start", "load", "check"}
-        assert {"inputs", "models", "solution"} <= set(result.parts_s or {})  # harness.parts
+        assert {"inputs", "models", "solution"} <= set(result.parts_s or {})  # harness.stats
     assert not spare.process.is_alive()  # used once, gone with its job
     assert "deliberate failure" in (tmp_path / "dead.log").read_text()  # a fresh worker ran it
 

@@ -16,7 +16,7 @@ import torch
 
 from harness import codec
 from harness import record as run_log
-from harness.measure import gpustate
+from harness.measure import hardware
 from harness.record import Machine
 from harness.results import load, report
 from harness.run import machine
@@ -103,26 +103,26 @@ def fake_nvml(monkeypatch, pids: list[int], holds_context: bool) -> None:
     running = [types.SimpleNamespace(pid=pid) for pid in pids]
     nvml = types.SimpleNamespace(nvmlDeviceGetComputeRunningProcesses=lambda handle: running)
     monkeypatch.setitem(sys.modules, "pynvml", nvml)
-    monkeypatch.setattr(gpustate, "_handle", lambda nvml, device: "handle")
-    monkeypatch.setattr(gpustate, "_holds_context", lambda device: holds_context)
+    monkeypatch.setattr(hardware, "_handle", lambda nvml, device: "handle")
+    monkeypatch.setattr(hardware, "_holds_context", lambda device: holds_context)
 
 
 def test_other_gpu_processes_leave_out_ours(monkeypatch) -> None:
     cuda = torch.device("cuda:0")
     fake_nvml(monkeypatch, [100, 200, 300], holds_context=True)
-    assert gpustate.other_processes(cuda, {100, 101}) == 2
+    assert hardware.other_processes(cuda, {100, 101}) == 2
     # NVML speaking the host's process ids: none is ours by id, one is this process
     fake_nvml(monkeypatch, [9001, 9002], holds_context=True)
-    assert gpustate.other_processes(cuda, {100}) == 1
+    assert hardware.other_processes(cuda, {100}) == 1
     fake_nvml(monkeypatch, [9001, 9002], holds_context=False)
-    assert gpustate.other_processes(cuda, {100}) == 2
+    assert hardware.other_processes(cuda, {100}) == 2
     fake_nvml(monkeypatch, [], holds_context=True)
-    assert gpustate.other_processes(cuda, {100}) == 0
+    assert hardware.other_processes(cuda, {100}) == 0
 
 
 def test_without_nvml_the_gpu_processes_are_not_counted(monkeypatch) -> None:
     monkeypatch.setitem(sys.modules, "pynvml", None)  # import fails
-    assert gpustate.other_processes(torch.device("cuda:0"), {os.getpid()}) is None
+    assert hardware.other_processes(torch.device("cuda:0"), {os.getpid()}) is None
 
 
 @pytest.mark.parametrize("gpu_processes", [None, 3])

@@ -14,7 +14,7 @@ import torch
 
 from harness import record
 from harness.loading import load_problem
-from harness.measure import benchmarking, gpustate, roofline
+from harness.measure import benchmarking, hardware
 from harness.record import BenchRow, Ceiling, CompiledRow, GpuState, Machine, Measurement
 from harness.results import baselines, report
 from harness.results.baselines import Baseline
@@ -28,16 +28,16 @@ H200 = Machine(gpu="NVIDIA H200", torch="2.11.0", driver="580")
 def test_bytes_count_every_tensor_once_at_its_view_size() -> None:
     base = torch.zeros(10, 10)
     view = base[::2]  # 5 x 10 of a 100-element storage: 50 elements are moved
-    assert roofline.tensor_bytes([view, (torch.zeros(3, dtype=torch.int64), 2.0)]) == 200 + 24
+    assert hardware.tensor_bytes([view, (torch.zeros(3, dtype=torch.int64), 2.0)]) == 200 + 24
 
 
 def test_default_count_is_inputs_plus_outputs_and_a_problem_may_declare_its_own() -> None:
     toy = load_problem("toy", REPO / "tests" / "fixtures" / "toy" / "reference.py")
     x = torch.zeros(4, 8)
-    assert roofline.counts(toy, [x], torch.zeros(4)) == (128 + 16, None)
+    assert hardware.counts(toy, [x], torch.zeros(4)) == (128 + 16, None)
     problem = load_problem("m", REPO / "problems" / "multilabel_margin" / "reference.py")
     target = torch.tensor([[3, 1, -1, 0], [2, 0, 1, 3]])  # 3 and 4 label slots are read
-    moved, _ = roofline.counts(problem, [torch.zeros(2, 4), target], torch.zeros(()))
+    moved, _ = hardware.counts(problem, [torch.zeros(2, 4), target], torch.zeros(()))
     assert moved == 2 * 4 * 4 + (3 + 4) * 8 + 4
 
 
@@ -48,17 +48,17 @@ def test_ceiling_is_measured_once_per_gpu_and_torch(tmp_path: Path, monkeypatch)
         calls.append(device)
         return Ceiling(copy_gbps=4000.0 + len(calls), copy_bytes=1)
 
-    monkeypatch.setattr(roofline, "measure_copy", fake_copy)
+    monkeypatch.setattr(hardware, "measure_copy", fake_copy)
     cuda = torch.device("cuda")
-    first = roofline.ceiling(tmp_path, cuda, H200)
-    again = roofline.ceiling(tmp_path, cuda, H200)
+    first = hardware.ceiling(tmp_path, cuda, H200)
+    again = hardware.ceiling(tmp_path, cuda, H200)
     assert first is not None and again is not None
     assert (first.cached, again.cached, again.copy_gbps) == (False, True, 4001.0)
-    other = roofline.ceiling(tmp_path, cuda, replace(H200, torch="2.12.0"))
+    other = hardware.ceiling(tmp_path, cuda, replace(H200, torch="2.12.0"))
     assert other is not None and other.copy_gbps == 4002.0 and len(calls) == 2
     written = json.loads((tmp_path / "ceiling.json").read_text())
     assert written["torch"] == "2.12.0" and "cached" not in written
-    assert roofline.ceiling(tmp_path, torch.device("cpu"), H200) is None
+    assert hardware.ceiling(tmp_path, torch.device("cpu"), H200) is None
 
 
 KEY = baselines.BaselineKey("p", "r", "cuda_events", "read", H200.gpu, H200.torch)
@@ -140,7 +140,7 @@ class FakeNvml:
 
 def test_samples_read_while_throttled_are_counted() -> None:
     nvml = FakeNvml([(1980, 40, 0x1), (1755, 52, 0x4 | 0x20), (1980, 45, 0)])
-    probe = gpustate.Probe(nvml, handle=None)
+    probe = hardware.Probe(nvml, handle=None)
     for samples in (10, 20, 40):
         probe.after(samples)
     assert probe.summary() == GpuState(
@@ -160,7 +160,7 @@ def test_no_nvml_means_no_state_and_no_error(monkeypatch, capsys) -> None:
 
     broken.nvmlInit = fail  # type: ignore[attr-defined]
     monkeypatch.setitem(sys.modules, "pynvml", broken)
-    assert gpustate.open_probe(torch.device("cuda")) is None
+    assert hardware.open_probe(torch.device("cuda")) is None
     assert "machine state not recorded" in capsys.readouterr().out
 
 

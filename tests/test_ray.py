@@ -27,7 +27,6 @@ ray = pytest.importorskip("ray")
 
 from ray.cluster_utils import Cluster  # noqa: E402
 
-from harness import toolchain  # noqa: E402
 from harness.measure.messages import Event, Tick  # noqa: E402
 from harness.measure.worker import Job  # noqa: E402
 from harness.run import raypool, sandboxing  # noqa: E402
@@ -242,7 +241,7 @@ def toy_job(name: str, root: Path, limit_s: float) -> Job:
         limits=Limits(run_s=limit_s),
         places=Places(root / "results", root / "builds", root / "logs"),
     )
-    content = toolchain.source_hash(Path(solution))
+    content = settings.source_hash(Path(solution))
     log = str(root / "logs" / f"{name}.log")
     reference = str(TOY / "reference.py")
     return Job("toy", reference, solution, log, content, settings)

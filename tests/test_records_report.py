@@ -10,7 +10,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from harness import codec, files, record
+from harness import codec, record
 from harness.record import BenchRow, Measurement, RunRecord
 from harness.results import report, summary
 from tests import records_factory as make
@@ -50,7 +50,7 @@ def test_append_then_read_keeps_order_and_skips_a_torn_line(tmp_path: Path, caps
 
 
 def test_a_line_that_is_not_a_record_is_skipped_with_a_warning(tmp_path: Path, capsys) -> None:
-    files.append(tmp_path, {"problem": "p", "status": "ok"}, record.LOG_NAME)
+    codec.append(tmp_path, {"problem": "p", "status": "ok"}, record.LOG_NAME)
     record.append(tmp_path, run("a"))
     assert [r.solution for r in record.read(tmp_path)] == ["a"]
     assert "skipped 1 line(s) that are not records" in capsys.readouterr().err
@@ -82,8 +82,8 @@ def test_the_shares_of_device_time_are_written_only_where_measured(tmp_path: Pat
 
 def test_write_atomic_replaces_whole_or_not_at_all(tmp_path: Path, monkeypatch) -> None:
     path = tmp_path / "table.md"
-    files.write_atomic(path, "old")
-    files.write_atomic(path, "new")
+    codec.write_atomic(path, "old")
+    codec.write_atomic(path, "new")
     assert path.read_text() == "new"
 
     def failing_replace(src, dst):
@@ -91,7 +91,7 @@ def test_write_atomic_replaces_whole_or_not_at_all(tmp_path: Path, monkeypatch) 
 
     monkeypatch.setattr(os, "replace", failing_replace)
     with pytest.raises(OSError):
-        files.write_atomic(path, "newer")
+        codec.write_atomic(path, "newer")
     assert path.read_text() == "new"
     assert [p.name for p in tmp_path.iterdir()] == ["table.md"]  # no temporary file left
 
@@ -99,7 +99,7 @@ def test_write_atomic_replaces_whole_or_not_at_all(tmp_path: Path, monkeypatch) 
 def test_written_files_get_the_usual_permissions(tmp_path: Path) -> None:
     mask = os.umask(0o022)
     try:
-        files.write_atomic(tmp_path / "table.md", "text")
+        codec.write_atomic(tmp_path / "table.md", "text")
     finally:
         os.umask(mask)
     assert stat.S_IMODE((tmp_path / "table.md").stat().st_mode) == 0o644

@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from harness import verdicts
-from harness.measure import anticheat, sandboxed
+from harness import sandbox, verdicts
+from harness.measure import anticheat
 from harness.run import sandboxing
 from harness.verdicts import Verdict
 from tests.conftest import REPO
@@ -34,7 +34,7 @@ def test_every_rule_raised_is_declared_and_raised_where_declared() -> None:
         str(path.relative_to(HARNESS)): raised_rules(path) for path in HARNESS.rglob("*.py")
     }
     by_module["run/sandboxing.py"] = {sandboxing.REASON, f"sandbox_{sandboxing.MEMORY_RULE}"}
-    by_module["measure/sandboxed.py"] = {f"sandbox_{rule}" for rule in sandboxed.RULES}
+    by_module["sandbox.py"] = {f"sandbox_{rule}" for rule in sandbox.RULES}
     raised = set().union(*by_module.values())
     assert raised == set(verdicts.REJECTIONS)
     for name, rule in verdicts.REJECTIONS.items():

@@ -284,12 +284,10 @@ def test_every_job_of_a_solution_sees_its_files_and_build_under_the_same_names(
 def test_a_removal_by_name_within_a_folder_fd_is_judged_by_that_folder(tmp_path: Path) -> None:
     # shutil.rmtree (TemporaryDirectory's cleanup) removes by name relative to a folder's fd: the
     # hook must judge the folder it names, not the worker's current one.
-    from harness.measure import sandboxed
-
     scratch, outside = tmp_path / "scratch", tmp_path / "outside"
     for folder in (scratch / "pkg", outside):
         folder.mkdir(parents=True)
-    hook = sandboxed._Hook(sandbox_policy.Policy(hidden=()), scratch)
+    hook = sandbox_policy._Hook(sandbox_policy.Policy(hidden=()), scratch)
     inside_fd, outside_fd = (os.open(f, os.O_RDONLY) for f in (scratch / "pkg", outside))
     try:
         assert hook.rule("os.remove", ("__init__.py", inside_fd)) is None

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from harness import toolchain
+from harness import settings
 
 
 def fake_toolkit(root: Path) -> Path:
@@ -21,7 +21,7 @@ def fake_toolkit(root: Path) -> Path:
 def test_cuda_home_from_the_environment(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     home = fake_toolkit(tmp_path / "cuda")
     monkeypatch.setenv("CUDA_HOME", str(home))
-    assert toolchain.find_cuda_home() == str(home)
+    assert settings.find_cuda_home() == str(home)
 
 
 def test_a_wrapper_nvcc_on_path_is_not_taken_for_the_toolkit(
@@ -35,19 +35,19 @@ def test_a_wrapper_nvcc_on_path_is_not_taken_for_the_toolkit(
     monkeypatch.delenv("CUDA_HOME", raising=False)
     monkeypatch.delenv("CUDA_PATH", raising=False)
     monkeypatch.setenv("PATH", f"{wrapper_dir}{os.pathsep}{os.environ['PATH']}")
-    found = toolchain.find_cuda_home()
+    found = settings.find_cuda_home()
     assert found != str(tmp_path / "usr" / "local")  # what torch itself would guess
     assert found is None or (Path(found) / "bin" / "nvcc").is_file()
 
 
 def test_arch_list_prefers_flag_then_gpu_then_default(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("TORCH_CUDA_ARCH_LIST", raising=False)
-    assert toolchain.arch_list((9, 0), "8.0") == "8.0"
-    assert toolchain.arch_list((8, 6), None) == "8.6"
-    assert toolchain.arch_list(None, None) == toolchain.DEFAULT_ARCH
+    assert settings.arch_list((9, 0), "8.0") == "8.0"
+    assert settings.arch_list((8, 6), None) == "8.6"
+    assert settings.arch_list(None, None) == settings.DEFAULT_ARCH
     monkeypatch.setenv("TORCH_CUDA_ARCH_LIST", "7.5")
-    assert toolchain.arch_list(None, None) == "7.5"
-    assert toolchain.arch_list((9, 0), None) == "9.0"  # the GPU present wins over the env
+    assert settings.arch_list(None, None) == "7.5"
+    assert settings.arch_list((9, 0), None) == "9.0"  # the GPU present wins over the env
 
 
 def test_build_folders_are_keyed_by_content(tmp_path: Path) -> None:
@@ -57,14 +57,14 @@ def test_build_folders_are_keyed_by_content(tmp_path: Path) -> None:
     two.write_text(same_extension + "# another solution\n")
 
     def folder(path: Path) -> Path:
-        return toolchain.build_folder(tmp_path, "p", path, "9.0", toolchain.source_hash(path))
+        return settings.build_folder(tmp_path, "p", path, "9.0", settings.source_hash(path))
 
     assert folder(one) != folder(two)  # the same extension name never shares a folder
     assert folder(one) == folder(one)  # an unchanged solution finds its old build
     before = folder(one)
     (tmp_path / "kernel.cu").write_text("__global__ void k() {}\n")
     assert folder(one) != before  # a source beside it counts too
-    assert toolchain.build_folder(tmp_path, "p", one, "8.0", "h") != toolchain.build_folder(
+    assert settings.build_folder(tmp_path, "p", one, "8.0", "h") != settings.build_folder(
         tmp_path, "p", one, "9.0", "h"
     )
 
@@ -76,10 +76,10 @@ def test_a_changed_compiler_or_torch_gets_a_new_build_folder(
     solution.write_text("load_inline(name='ext', cpp_sources='{}')\n")
 
     def folder() -> Path:
-        return toolchain.build_folder(tmp_path, "p", solution, "9.0", "h")
+        return settings.build_folder(tmp_path, "p", solution, "9.0", "h")
 
     before = folder()
-    monkeypatch.setattr(toolchain, "compilers", lambda: "c++ 99.0|nvcc 99.0")
+    monkeypatch.setattr(settings, "compilers", lambda: "c++ 99.0|nvcc 99.0")
     changed_compiler = folder()
     assert changed_compiler != before
     monkeypatch.setattr("torch.__version__", "0.0.0")
@@ -94,14 +94,14 @@ def test_the_compilers_read_as_their_version_lines_or_none(
     cxx.chmod(0o755)
     monkeypatch.setenv("CXX", str(cxx))
     monkeypatch.setenv("CUDA_HOME", str(fake_toolkit(tmp_path / "cuda")))  # its nvcc says nothing
-    toolchain.compilers.cache_clear()
+    settings.compilers.cache_clear()
     try:
-        assert toolchain.compilers() == "g++ (Test) 1.2.3|none"
+        assert settings.compilers() == "g++ (Test) 1.2.3|none"
         monkeypatch.setenv("CXX", str(tmp_path / "missing"))
-        toolchain.compilers.cache_clear()
-        assert toolchain.compilers().startswith("none|")
+        settings.compilers.cache_clear()
+        assert settings.compilers().startswith("none|")
     finally:
-        toolchain.compilers.cache_clear()
+        settings.compilers.cache_clear()
 
 
 def test_the_build_cache_can_live_outside_the_clone(tmp_path: Path) -> None:
@@ -110,7 +110,7 @@ def test_the_build_cache_can_live_outside_the_clone(tmp_path: Path) -> None:
     shown = subprocess.run(
         [sys.executable, "-c", code],
         env=environment,
-        cwd=Path(toolchain.__file__).resolve().parent.parent,
+        cwd=Path(settings.__file__).resolve().parent.parent,
         capture_output=True,
         text=True,
         check=True,
@@ -121,10 +121,10 @@ def test_the_build_cache_can_live_outside_the_clone(tmp_path: Path) -> None:
 def test_library_headers_are_added_only_where_the_toolkit_lacks_them(tmp_path: Path) -> None:
     bare = fake_toolkit(tmp_path / "bare")
     (bare / "include").mkdir()
-    found = toolchain.missing_library_headers(str(bare))
+    found = settings.missing_library_headers(str(bare))
     assert found is None or (Path(found) / "cusparse.h").is_file()
     (bare / "include" / "cusparse.h").write_text("")
-    assert toolchain.missing_library_headers(str(bare)) is None
+    assert settings.missing_library_headers(str(bare)) is None
 
 
 def test_use_build_cache_points_the_builder_at_the_solutions_folder(
@@ -135,9 +135,9 @@ def test_use_build_cache_points_the_builder_at_the_solutions_folder(
         monkeypatch.setenv(name, os.environ.get(name, ""))
     solution = tmp_path / "sol.py"
     solution.write_text("x = 1\n")
-    folder = toolchain.use_build_cache(tmp_path / "cache", "p", solution, "9.0")
-    expected = toolchain.build_folder(
-        tmp_path / "cache", "p", solution, "9.0", toolchain.source_hash(solution)
+    folder = settings.use_build_cache(tmp_path / "cache", "p", solution, "9.0")
+    expected = settings.build_folder(
+        tmp_path / "cache", "p", solution, "9.0", settings.source_hash(solution)
     )
     assert folder == expected and folder.is_dir()
     assert os.environ["TORCH_EXTENSIONS_DIR"] == str(folder)

@@ -62,10 +62,9 @@ from harness.loading import Case, Problem, Seeds, make_inputs, replicate_all
 from harness.measure import (
     checking,
     feeding,
-    gpustate,
     gradients,
+    hardware,
     kernelbench,
-    roofline,
     timing,
 )
 from harness.measure.checking import (
@@ -76,12 +75,11 @@ from harness.measure.checking import (
     describe_error,
     guard,
 )
-from harness.measure.seen import check_seen
+from harness.measure.feeding import check_seen
 from harness.measure.timing import Call, L2Flush, prepare_call, warm_call
-from harness.parts import part
 from harness.record import BenchRow, GpuState
 from harness.settings import Settings, StopRule
-from harness.stats import Interval, Measurement, PerCall
+from harness.stats import Interval, Measurement, PerCall, part
 
 LAUNCH_BOUND_FACTOR = 3.0  # a median under this many floors is mostly launch cost
 FINAL_CHECKS = 2  # timed-path calls checked after sampling, whatever the dice said
@@ -136,7 +134,7 @@ def time_benchmarks(
             raise Verdict(verdicts.INCORRECT, f"benchmark {bench.name!r}: {verdict}")
         with torch.no_grad():
             output = models[0](*replicate_all(inputs, device))
-        bytes_, flops = roofline.counts(problem, inputs, output)
+        bytes_, flops = hardware.counts(problem, inputs, output)
         calls = {"reference": models[0], "solution": models[1]}
         label = f"benchmark {bench.name!r}"
         checker = _spot_checker(problem, bench, models[0], device, settings, label)
@@ -259,7 +257,7 @@ def sample(
     (harness.measure.gradients)."""
     made = make_calls(models, (bench, seed), inputs, device, settings, checker, step)
     calls, per_call, note = made
-    probe = gpustate.open_probe(device) if device.type == "cuda" else None
+    probe = hardware.open_probe(device) if device.type == "cuda" else None
     if per_call > 1:
         timer = timer_for(device, settings, graphed=True)
     after = probe.after if probe else None
@@ -465,7 +463,7 @@ def _fed_sides(
 ) -> dict[str, Callable[[], object]]:
     """Each model fed from its own copies of the same input sets (harness.feeding); the
     solution's calls spot-checked by `checker`."""
-    each = max(roofline.tensor_bytes(inputs), 1)
+    each = max(hardware.tensor_bytes(inputs), 1)
     count = min(FEED_SETS[1], max(FEED_SETS[0], FEED_BYTES // each))
     sets = input_sets(drawn, inputs, device, count, step)
     fed: dict[str, Callable[[], object]] = {}
@@ -479,7 +477,7 @@ def _fed_sides(
 def _graph_count(inputs: list[Any], device: torch.device) -> int:
     """Enough input sets that together they exceed twice the L2 (at least 2, at most 256)."""
     l2 = torch.cuda.get_device_properties(device).L2_cache_size
-    each = max(roofline.tensor_bytes(inputs), 1)
+    each = max(hardware.tensor_bytes(inputs), 1)
     return min(MAX_GRAPH_SETS, max(2, math.ceil(2 * l2 / each)))
 
 

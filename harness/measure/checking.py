@@ -53,8 +53,8 @@ from harness.loading import (
 )
 from harness.matching import mismatch, tolerance
 from harness.measure import anticheat, gradients, kernelbench
-from harness.parts import part
 from harness.settings import Checking
+from harness.stats import part
 from harness.verdicts import HarnessError, Verdict
 
 __all__ = ["Counted", "Verdict", "build_models", "check_cases", "check_once"]

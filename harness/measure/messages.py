@@ -46,7 +46,7 @@ class Judged:
     phase: str | None = None  # where the worker ended: its phase, the case it was on,
     case: str | None = None
     phase_s: dict[str, float] | None = None  # and the seconds of each phase
-    parts_s: dict[str, float] | None = None  # and of each part within them (harness.parts)
+    parts_s: dict[str, float] | None = None  # and of each part within them (harness.stats)
     machine: Machine | None = None  # the machine it ran on, with its load then
     ray_log: bytes | None = None  # the end of its log, on its way back from a Ray host
     audits: dict[str, Audited] | None = None  # task "audit": by problem

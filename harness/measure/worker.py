@@ -48,9 +48,9 @@ from typing import Any
 
 import torch  # importing torch does not import its extension builder: that waits for setup
 
-from harness import files, toolchain, verdicts
+from harness import codec, sandbox, settings, verdicts
 from harness.loading import Problem, Seeds, import_file, load_problem, reference_namespace
-from harness.measure import anticheat, audit, kernelbench, profiling, roofline, sandboxed
+from harness.measure import anticheat, audit, hardware, kernelbench, profiling
 from harness.measure.benchmarking import time_benchmarks
 from harness.measure.builds import BuildWatcher, NoCudaToolchain
 from harness.measure.checking import check_cases, describe_error
@@ -69,10 +69,15 @@ from harness.measure.messages import (
     failure,
     harness_failure,
 )
-from harness.parts import PARTS, part
 from harness.record import Build
-from harness.settings import KERNELBENCH, Settings
-from harness.toolchain import find_cuda_home, prepare_environment, use_build_cache
+from harness.settings import (
+    KERNELBENCH,
+    Settings,
+    find_cuda_home,
+    prepare_environment,
+    use_build_cache,
+)
+from harness.stats import PARTS, part
 from harness.verdicts import HarnessError, UserError, Verdict
 
 
@@ -108,7 +113,7 @@ def entry(job: Job, conn: Any, gate: Any = None) -> None:
     if job.task == "build":  # before CUDA starts: a build job never holds a GPU
         os.environ["CUDA_VISIBLE_DEVICES"] = ""
     die_with_parent()
-    sandboxed.install()  # in the sandbox: name the rules the job's attempts meet
+    sandbox.install()  # in the sandbox: name the rules the job's attempts meet
     main(job, conn, gate)
 
 
@@ -239,7 +244,7 @@ def reference_task(job: Job, problem: Problem, device: torch.device, send: Send)
         )
     send(Phase("time"))
     if job.task == "ceiling":
-        return Judged(verdicts.OK, ceiling=roofline.measure_copy(device))
+        return Judged(verdicts.OK, ceiling=hardware.measure_copy(device))
     with part("baseline"):
         rows = tuple(compile_baseline(problem, device, job.settings))
     return Judged(verdicts.OK, compile_rows=rows)
@@ -374,7 +379,7 @@ def _load_solution(job: Job, device: torch.device, watcher: BuildWatcher) -> typ
     namespace = reference_namespace(job.reference)  # what KernelBench's one namespace gives
     try:  # one build of a solution at a time, whichever processes ask (torch's own lock
         # comes after it writes the sources)
-        with files.locked(Path(os.environ["TORCH_EXTENSIONS_DIR"])):
+        with codec.locked(Path(os.environ["TORCH_EXTENSIONS_DIR"])):
             module = import_file(Path(job.solution), namespace)
     except NoCudaToolchain as err:
         detail = f"not compiled: {err}"
@@ -428,7 +433,7 @@ def waiting(jobs: Any, conn: Any) -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
     die_with_parent()  # also while paused (SIGSTOP) by its slot during a timing
-    cuda_home = toolchain.find_cuda_home()  # as the job will set it; else torch warns here
+    cuda_home = settings.find_cuda_home()  # as the job will set it; else torch warns here
     if cuda_home:
         os.environ["CUDA_HOME"] = cuda_home
     import torch.profiler

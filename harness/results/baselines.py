@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from harness import codec, files, stats
+from harness import codec, stats
 from harness.record import BenchRow, CompileBaseline, CompiledRow
 from harness.stats import Interval
 
@@ -57,7 +57,7 @@ class Baseline:
 def read(folder: Path) -> list[Baseline]:
     """Every baseline recorded in `folder`, oldest first; a line that is not one is skipped."""
     found = []
-    for line in files.read(folder, LOG_NAME):
+    for line in codec.read(folder, LOG_NAME):
         try:
             key, by = codec.decode(BaselineKey, line), codec.decode(MeasuredBy, line)
             found.append(Baseline(key, by, codec.decode(CompiledRow, line)))
@@ -74,7 +74,7 @@ def cached(folder: Path, wanted: BaselineKey) -> list[Baseline]:
 def store(folder: Path, measured: list[Baseline]) -> None:
     """Append each baseline, one line each."""
     for baseline in measured:
-        files.append(folder, flat(baseline), LOG_NAME)
+        codec.append(folder, flat(baseline), LOG_NAME)
 
 
 def flat(baseline: Baseline) -> dict[str, Any]:

@@ -26,7 +26,7 @@ from typing import Any
 import pandas as pd
 from tabulate import tabulate
 
-from harness import files, verdicts
+from harness import codec, verdicts
 from harness.record import LOG_NAME, BenchRow, Ceiling, GpuState, Machine, RunRecord
 from harness.results import load
 from harness.settings import KERNELBENCH
@@ -394,8 +394,8 @@ def write_tables(
     markdown = render_markdown(problem, rows, newest(problem_records), chart)
     frame = pd.DataFrame([vars(row) for row in rows], columns=CSV_COLUMNS)
     md_path, csv_path = folder / f"{problem}.md", folder / f"{problem}.csv"
-    files.write_atomic(md_path, markdown)
-    files.write_atomic(csv_path, frame.to_csv(index=False, float_format="%.6g"))
+    codec.write_atomic(md_path, markdown)
+    codec.write_atomic(csv_path, frame.to_csv(index=False, float_format="%.6g"))
     return md_path, csv_path
 
 

@@ -41,7 +41,7 @@ from typing import Any
 
 from tabulate import tabulate
 
-from harness import files, verdicts
+from harness import codec, verdicts
 from harness.record import LOG_NAME, BenchRow, Machine, RunRecord
 from harness.record import read as read_records
 from harness.results import report
@@ -213,7 +213,7 @@ def write_summary(folder: Path, all_records: list[RunRecord]) -> Path:
     harness.record.read gives it); returns its path. The caller holds the folder's lock
     (`render_folder`, `render_problem`)."""
     path = folder / SUMMARY_NAME
-    files.write_atomic(path, summary_markdown(all_records))
+    codec.write_atomic(path, summary_markdown(all_records))
     return path
 
 
@@ -443,7 +443,7 @@ def write_chart(folder: Path, problem: str, records: list[RunRecord]) -> Path | 
         svg = render_svg(problem, newest.machine.gpu or "CPU", bars)
     except ImportError:
         return None
-    files.write_atomic(path, svg)
+    codec.write_atomic(path, svg)
     return path
 
 
@@ -456,20 +456,20 @@ def render_problem(folder: Path, problem: str) -> list[Path]:
 def render_problems(folder: Path, problems: list[str]) -> list[Path]:
     """`render_problem` for each of `problems`, reading the run log once (a sweep's tables,
     made at its end: one read per problem would grow with the log, quadratic in a sweep)."""
-    with files.locked(folder):
+    with codec.locked(folder):
         records = read_records(folder)
         return [path for problem in problems for path in _problem(folder, problem, records)]
 
 
 def render_summary(folder: Path) -> Path:
     """The summary across the folder's problems; returns its path."""
-    with files.locked(folder):
+    with codec.locked(folder):
         return write_summary(folder, read_records(folder))
 
 
 def render_folder(folder: Path) -> list[Path]:
     """Every problem recorded in `folder`, then its summary; returns the files written."""
-    with files.locked(folder):
+    with codec.locked(folder):
         records = read_records(folder)
         problems = sorted({r.problem for r in records})
         written = [path for problem in problems for path in _problem(folder, problem, records)]

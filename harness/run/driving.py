@@ -284,7 +284,7 @@ def _spent(seconds: list[dict[str, float] | None]) -> dict[str, list[float]]:
 
 def time_split(records: list[RunRecord]) -> str:
     """Where the workers' seconds went over `records`: each phase (isolate), then each part of
-    the check and time phases (harness.parts), largest first, and what no part covers."""
+    the check and time phases (harness.stats), largest first, and what no part covers."""
     phases = {n: sum(s) for n, s in _spent([record.phase_s for record in records]).items()}
     parts = {n: sum(s) for n, s in _spent([record.parts_s for record in records]).items()}
     if not phases:

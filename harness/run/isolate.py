@@ -59,7 +59,7 @@ from harness.measure.messages import (
 )
 from harness.measure.worker import waiting
 from harness.run import sandboxing
-from harness.run.ending import PROC, children, end_tree, tree
+from harness.run.flags import PROC, children, end_tree, tree
 from harness.settings import Limits
 
 POLL_S = 0.25  # how often the parent looks at the worker

@@ -13,9 +13,9 @@ from pathlib import Path
 
 import torch
 
-from harness.measure import gpustate
+from harness.measure import hardware
 from harness.record import Machine
-from harness.run import ending
+from harness.run import flags
 from harness.settings import Settings
 
 
@@ -55,13 +55,13 @@ def loaded(described: Machine, device: torch.device) -> Machine:
         load_1m: float | None = round(os.getloadavg()[0], 2)
     except (AttributeError, OSError):  # not on every platform
         load_1m = None
-    others = gpustate.other_processes(device, _ours()) if device.type == "cuda" else None
+    others = hardware.other_processes(device, _ours()) if device.type == "cuda" else None
     return replace(described, load_1m=load_1m, cpu_count=os.cpu_count(), gpu_processes=others)
 
 
 def _ours() -> set[int]:
     """This process and its descendants (its workers, and what they started), by /proc."""
-    return set(ending.tree(os.getpid(), ending.children()))
+    return set(flags.tree(os.getpid(), flags.children()))
 
 
 def results_folder(settings: Settings, info: Machine) -> Path:

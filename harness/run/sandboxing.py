@@ -6,7 +6,7 @@ unreadable; only its scratch folder and the device nodes writable; no ptrace or 
 it) and limits on memory, processes and open files, then execs the interpreter. The harness
 copies into the scratch folder what the job may see and takes out what it made
 (`stage`, `publish`); an audit hook in the worker names the rule an attempt met
-(harness.measure.sandboxed). `missing` says what this machine lacks.
+(the audit hook of harness.sandbox). `missing` says what this machine lacks.
 
 Find, and remove, the modules a solution planted where later processes import from.
 
@@ -56,10 +56,9 @@ from typing import Any
 from harness import sandbox, verdicts
 from harness.measure import pch
 from harness.measure.messages import Judged, harness_failure
-from harness.measure.sandboxed import VIOLATIONS
 from harness.measure.worker import REFERENCE_TASKS, Job
-from harness.sandbox import POLICY_VARIABLE, SCRATCH_VARIABLE, Policy, hidden_paths
-from harness.toolchain import build_folder
+from harness.sandbox import POLICY_VARIABLE, SCRATCH_VARIABLE, VIOLATIONS, Policy, hidden_paths
+from harness.settings import build_folder
 
 LAUNCH = Path(__file__).resolve().parent.parent / "sandbox.py"
 CUDA_PROBE_S = 120.0  # how long the check that CUDA starts inside the sandbox may take
@@ -321,7 +320,7 @@ def rejected(judged: Judged, planted: list[Path]) -> Judged:
     return replace(judged, status=verdicts.REJECTED, detail=detail, reason=REASON, benchmarks=())
 
 
-MEMORY_RULE = "memory"  # named here, from the error; the others in harness.measure.sandboxed
+MEMORY_RULE = "memory"  # named here, from the error; the others in harness.sandbox
 MANIFEST = "harness-manifest.json"  # in a cache folder: {module's relative path: sha256}
 MEMORY_ERRORS = re.compile(r"MemoryError|can't allocate memory|Cannot allocate memory")
 BESIDE_LIMIT = 64 << 20  # bytes of files beside a solution copied in with it
@@ -467,7 +466,7 @@ def publish(build: Path, folder: Path) -> None:
 
 
 def cache_folder(job: Job) -> Path:
-    """The job's folder in the build cache (harness.toolchain.build_folder): its solution's
+    """The job's folder in the build cache (harness.settings.build_folder): its solution's
     own, named by its sources and toolchain."""
     settings = job.settings
     solution = Path(job.solution)

@@ -32,7 +32,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
-from harness import codec, record, toolchain, verdicts
+from harness import codec, record, settings, verdicts
 from harness.loading import Problem
 from harness.measure.messages import Event, Judged, OnEvent, failure
 from harness.measure.worker import Job
@@ -138,7 +138,7 @@ class Scheduler:
         builds: list[Future[Judged]] = []
         for source, solutions in work:
             for index, solution in enumerate(solutions, start=1):
-                content = toolchain.source_hash(solution)
+                content = settings.source_hash(solution)
                 found = earlier.find(source, solution, content) if earlier else None
                 if found is not None:
                     skipped[(source.name, solution)] = found
@@ -159,7 +159,7 @@ class Scheduler:
         builds: list[Future[Judged]] = []
         for source, solutions in work:
             for index, solution in enumerate(solutions, start=1):
-                content = toolchain.source_hash(solution)
+                content = settings.source_hash(solution)
                 builds += self._queue(source, solution, (index, len(solutions)), content)
         self.report.begin(len(self.units), 0)
         try:

@@ -9,16 +9,16 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from harness import files, record, toolchain, verdicts
+from harness import codec, record, settings, verdicts
 from harness.loading import Problem, load_problem
-from harness.measure import roofline
+from harness.measure import hardware
 from harness.measure.messages import Judged, failure
 from harness.measure.worker import Job, cuda_not_asked
 from harness.record import BenchRow, Ceiling, Finding, Machine, RunRecord
 from harness.results import baselines, report
 from harness.results.baselines import Baseline, BaselineKey, MeasuredBy
 from harness.results.summary import render_problems
-from harness.run import machine, ncu, replay, scan
+from harness.run import discovery, machine, ncu, replay
 from harness.run.auditing import AuditCache, Auditing, RunJob
 from harness.run.discovery import ProblemSource, missing_model_new
 from harness.run.progress import Progress
@@ -79,8 +79,8 @@ class Session:
         if self.recording:
             folders.append(("--results-dir", places.results_dir, self.folder))
         for flag, given, folder in folders:
-            missing = files.first_missing(given)
-            why = files.unwritable(folder)
+            missing = codec.first_missing(given)
+            why = codec.unwritable(folder)
             if why:
                 which = "it" if folder == given else str(folder)
                 raise UserError(
@@ -108,7 +108,7 @@ class Session:
                     raise HarnessError(f"{source.name}: the ceiling job measured no ceiling")
                 return copy
 
-            self._ceiling = roofline.ceiling(
+            self._ceiling = hardware.ceiling(
                 self.folder, self.device, self.machine, store=self.recording, measure=measure
             )
         return self._ceiling
@@ -136,7 +136,7 @@ class Session:
     def reference_hash(self, source: ProblemSource) -> str:
         """The reference's sources (toolchain.source_hash), read once per run."""
         if source.reference not in self._reference_hashes:
-            self._reference_hashes[source.reference] = toolchain.source_hash(source.reference)
+            self._reference_hashes[source.reference] = settings.source_hash(source.reference)
         return self._reference_hashes[source.reference]
 
     def prepare(self, source: ProblemSource, run_job: RunJob) -> tuple[Problem, int]:
@@ -244,7 +244,7 @@ class Session:
                 replace(row, compile=baseline, vs_compile=speedup)
                 for row, (baseline, speedup) in zip(measured, versus, strict=True)
             ),
-            warnings=(*scan.scan(solution), *result.warnings, *witnessed),
+            warnings=(*discovery.scan(solution), *result.warnings, *witnessed),
             ceiling=self._ceiling,
             device=result.device,
             reason=result.reason,
