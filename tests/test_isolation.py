@@ -121,28 +121,6 @@ def test_a_spare_worker_runs_a_job_as_a_fresh_one_does(tmp_path: Path) -> None:
     assert "deliberate failure" in (tmp_path / "dead.log").read_text()  # a fresh worker ran it
 
 
-def _state(pid: int) -> str:
-    """A process's state letter from /proc ("T": stopped)."""
-    return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-
-
-def test_a_timing_stops_a_spare_warming_up_but_not_one_importing() -> None:
-    spare = isolate.Spare()
-    try:
-        spare.pause()  # still importing torch: that goes on, on a core of the host's
-        assert not spare.paused
-        assert _state(spare.process.pid) != "T"
-        spare.warming = True  # as told to warm up on the device: stopped through a timing
-        spare.pause()
-        assert spare.paused
-        assert _state(spare.process.pid) == "T"
-        spare.resume()
-        assert not spare.paused
-        assert _state(spare.process.pid) != "T"
-    finally:
-        spare.close()
-
-
 def test_a_gpu_slot_runs_each_next_job_in_a_spare_started_ahead_of_it(
     tmp_path: Path,
 ) -> None:

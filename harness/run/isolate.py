@@ -68,10 +68,9 @@ JOIN_S = 10.0  # how long a finished worker may take to exit
 
 class Spare:
     """A worker started ahead of its job (harness.measure.worker): it imports torch and the
-    harness (seconds, on the host's CPU alone) while the slot's current jobs run, timings
-    included; it warms up on the device when told (never while a job times), then waits for its
-    job. It is the fresh process a job would get otherwise, with its start done, or under way;
-    a spare that died meanwhile is not used."""
+    harness (seconds) while the slot's current jobs run, warms up on the device when told (never
+    while a job times), then waits for its job. It is the fresh process a job would get
+    otherwise, with its start done, or under way; a spare that died meanwhile is not used."""
 
     def __init__(self) -> None:
         context = multiprocessing.get_context("spawn")
@@ -111,14 +110,11 @@ class Spare:
         self.warming = True
 
     def pause(self) -> None:
-        """Stop it (SIGSTOP) while it warms up on the device: a timing runs there. Stopped
+        """Stop it (SIGSTOP) while it imports or warms up: a timing runs on this host. Stopped
         between two system calls, it holds nothing the timed process needs; a warm-up resumes
-        where it stopped, and one not done when its job comes is finished before the job. Its
-        imports go on: they use a core of the host's (at most half of which a slot's spares
-        take, `harness.run.pool.spares_ahead`) and neither the device nor the timed process's
-        core; the rows-alone check measures what they cost a timing (docs/scale.md)."""
+        where it stopped, and one not done when its job comes is finished before the job."""
         self._read()
-        if not self.paused and self.usable() and self.warming:
+        if not self.paused and self.usable() and (self.warming or not self.imported):
             os.kill(self.process.pid, signal.SIGSTOP)
             self.paused = True
 

@@ -31,10 +31,9 @@ from harness.verdicts import UserError
 
 COMPILES_PER_BUILD = "2"  # MAX_JOBS: the compile steps one build runs at once (ninja -j)
 # Spare workers a GPU slot keeps started ahead of its jobs (`spares_ahead`): a spare's imports
-# and warm-up (harness.measure.worker) take longer than a job's check and timing; the imports
-# go on throughout, the warm-ups only while no timing runs (paused during one), several at
-# once, so each has the windows of the jobs before its own (docs/scale.md: with fewer, the
-# spares set a sweep's pace).
+# and warm-up (harness.measure.worker) take longer than a job's check and timing; they go on
+# only while no timing runs (paused during one), several at once, so each has the windows of
+# the jobs before its own (docs/scale.md: with fewer, the spares set a sweep's pace).
 SPARES_MAX = 6
 GIB_PER_SPARE = 16  # a warm spare holds a CUDA context (about 0.5 GB): one per 16 GiB at most
 
@@ -135,10 +134,9 @@ class LocalSlot:
         return seen
 
     def _before_timing(self) -> None:
-        """The current job is about to time: the builds are held and the spares warming up on
-        the device are paused until the job ends (none is waited for), so that the device is as
-        quiet during a timing as with no spares at all; spares still importing go on, on the
-        host's spare cores (Spare.pause)."""
+        """The current job is about to time: the spares still importing or warming up are
+        paused until the job ends (none is waited for), so that the host and the device are as
+        quiet during a timing as with no spares at all."""
         self._timing = True
         if self.held is not None and not self._holding:
             self.held.hold()
