@@ -23,7 +23,7 @@ from harness.run.auditing import AuditCache, Auditing
 from harness.run.discovery import ProblemSource
 from harness.run.progress import Progress
 from harness.run.session import Session
-from harness.settings import Places, Settings
+from harness.settings import Places, Settings, source_hash
 from tests.conftest import FIXTURES
 
 AUDIT = FIXTURES / "audit"
@@ -84,7 +84,7 @@ def test_on_a_gpu_only_the_problems_not_audited_before_go_to_the_worker(tmp_path
         job = lambda source, task, label: Job(source.name, "", "", "", "", settings, task)  # noqa: E731
         kept = (
             AuditCache(tmp_path / ".audits", "here"),
-            lambda s: settings.source_hash(s.reference),
+            lambda s: source_hash(s.reference),
         )
         said = io.StringIO()
         return Auditing(settings, Progress(said), job, alone, kept), said

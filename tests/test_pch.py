@@ -218,11 +218,11 @@ def test_the_harness_finds_the_toolkit_itself_not_by_importing_torch_s_builder()
     # imports it, and trusts the toolkit harness.settings finds.
     probe = (
         "import sys\n"
-        "from harness import toolchain\n"
+        "from harness import settings\n"
         "from harness.measure import pch\n"
         "folders = pch._trusted_folders()\n"
         "print('torch.utils.cpp_extension' in sys.modules)\n"
-        "cuda = toolchain.find_cuda_home()\n"
+        "cuda = settings.find_cuda_home()\n"
         "print(cuda is None or Path(cuda).resolve() in folders)\n"
     )
     done = subprocess.run(

@@ -30,7 +30,15 @@ from ray.cluster_utils import Cluster  # noqa: E402
 from harness.measure.messages import Event, Tick  # noqa: E402
 from harness.measure.worker import Job  # noqa: E402
 from harness.run import raypool, sandboxing  # noqa: E402
-from harness.settings import Checking, Limits, Places, Settings, StopRule, Timing  # noqa: E402
+from harness.settings import (  # noqa: E402
+    Checking,
+    Limits,
+    Places,
+    Settings,
+    StopRule,
+    Timing,
+    source_hash,
+)
 from harness.verdicts import UserError  # noqa: E402
 from tests.conftest import REPO, TOY, toy_solution  # noqa: E402
 
@@ -241,7 +249,7 @@ def toy_job(name: str, root: Path, limit_s: float) -> Job:
         limits=Limits(run_s=limit_s),
         places=Places(root / "results", root / "builds", root / "logs"),
     )
-    content = settings.source_hash(Path(solution))
+    content = source_hash(Path(solution))
     log = str(root / "logs" / f"{name}.log")
     reference = str(TOY / "reference.py")
     return Job("toy", reference, solution, log, content, settings)
