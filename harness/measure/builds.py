@@ -313,13 +313,11 @@ def wrap(run_ninja: Callable[..., Any]) -> Callable[..., Any]:
         written = ninja.read_text()
         units = [Path(source) for _, source in CUDA_COMPILE.findall(written)]
         tried = [unit for unit in units if _lightens(unit, build)]
-        for header in (LIGHT,) if os.environ.get(SWITCH) == "types" else (OPS, LIGHT):
-            copies = {unit: _light_copy(unit, header, written) for unit in tried}
-            light = {unit: copy for unit, copy in copies.items() if copy is not None}
-            if not light:
-                continue
-            ninja.write_text(_pointed(written, light))
-            for unit, copy in light.items():
+        headers = (LIGHT,) if os.environ.get(SWITCH) == "types" else (OPS, LIGHT)
+        failed = False
+        while light := _lightest(tried, headers, written):
+            ninja.write_text(_pointed(written, {unit: copy for unit, (copy, _) in light.items()}))
+            for unit, (copy, header) in light.items():
                 said = f"{unit.name} compiles as {copy.name} ({FULL} read as {header})"
                 print(f"light header: {said}", flush=True)
             try:
@@ -327,14 +325,16 @@ def wrap(run_ninja: Callable[..., Any]) -> Callable[..., Any]:
             except (RuntimeError, subprocess.CalledProcessError):
                 result = _FAILED
             if result is not _FAILED:
-                _used.extend(header for _ in light)
+                _used.extend(header for _, header in light.values())
+                _used.extend(AS_WRITTEN for u in units if u not in light and _includes_full(u))
                 return result
-            print(f"{FALLBACK} against {header}", flush=True)
-            for unit in light:
+            failed = True
+            for unit, (_, header) in light.items():
+                print(f"{FALLBACK} against {header}", flush=True)
                 _failed_marker(unit, header).write_text(_digest(unit))
         ninja.write_text(written)
         _used.extend(AS_WRITTEN for unit in units if _includes_full(unit))
-        if tried:
+        if failed:
             print(f"light header: compiling as written ({FULL} as the source says)", flush=True)
         return run_ninja(build_directory, *args, **kwargs)
 
@@ -359,10 +359,23 @@ def first_error_text(log: str) -> str:
 
 def _lightens(unit: Path, build: Path) -> bool:
     """A unit load_inline wrote into `build` (a unit of `load` stays where its own includes
-    resolve), that includes the full header, and did not fail light before."""
-    if unit.parent.resolve() != build.resolve() or not _includes_full(unit):
-        return False
-    return not _failed_before(unit, LIGHT)
+    resolve) that includes the full header."""
+    return unit.parent.resolve() == build.resolve() and _includes_full(unit)
+
+
+def _lightest(
+    units: list[Path], headers: tuple[str, ...], ninja: str
+) -> dict[Path, tuple[Path, str]]:
+    """Each of `units` that has a light copy left to try: the copy for the first of `headers`
+    it did not fail with before and can use, and that header."""
+    light = {}
+    for unit in units:
+        for header in headers:
+            copy = _light_copy(unit, header, ninja)
+            if copy is not None:
+                light[unit] = (copy, header)
+                break
+    return light
 
 
 def _failed_before(unit: Path, header: str) -> bool:
@@ -375,15 +388,17 @@ def _failed_before(unit: Path, header: str) -> bool:
 def _light_copy(unit: Path, header: str, ninja: str) -> Path | None:
     """`<stem>.light.cu` beside `unit`, its full header read as `header` (OPS: `_ops_header`,
     written beside it as `<stem>.light.h`), written only where its text changes (ninja
-    rebuilds what is newer than its object); None where the unit cannot be read, or where
-    `header` is OPS and the unit failed with it before or cannot use it."""
+    rebuilds what is newer than its object); None where the unit cannot be read, failed with
+    `header` before, or cannot use OPS."""
     try:
         text = unit.read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError):
         return None
+    if _failed_before(unit, header):
+        return None
     include = f"<{header}>"
     if header == OPS:
-        ops = None if _failed_before(unit, OPS) else _ops_header(text, _include_dirs(ninja))
+        ops = _ops_header(text, _include_dirs(ninja))
         if ops is None:
             return None
         include = f'"{_refreshed(unit.with_name(f"{unit.stem}.light.h"), ops)}"'
