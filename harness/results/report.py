@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import datetime
 from collections.abc import Mapping
-from dataclasses import asdict, dataclass, field, fields, replace
+from dataclasses import MISSING, asdict, dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any
 
@@ -32,7 +32,6 @@ from harness.results import load
 from harness.settings import KERNELBENCH
 from harness.stats import Interval
 
-REQUIRED = object()  # `column`: a field without a default
 NOTES_CHARS = 160  # a markdown cell longer than this is cut; the CSV keeps it whole
 NO_LOAD = load.Load(None, None, None, cpu_timed=False)  # a load not shown: no columns, no flag
 
@@ -477,13 +476,10 @@ def flags(bench: BenchRow, row: TableRow, speedup: Interval) -> list[str]:
     return found
 
 
-def column(header: str | None = None, *, default: Any = REQUIRED, csv: bool = True) -> Any:
+def column(header: str | None = None, *, default: Any = MISSING, csv: bool = True) -> Any:
     """A TableRow field: `header`, its heading where the markdown table shows it (in
     MARKDOWN's order); `csv`, whether the CSV has it (in the fields' order)."""
-    metadata = {"header": header, "csv": csv}
-    if default is REQUIRED:
-        return field(metadata=metadata)
-    return field(default=default, metadata=metadata)
+    return field(default=default, metadata={"header": header, "csv": csv})
 
 
 @dataclass(frozen=True, kw_only=True)
