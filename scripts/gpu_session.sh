@@ -162,6 +162,8 @@ elif [ "$part" = kernelbench-rest ]; then
     --results-dir "$state/kb"
   step kb-default $((budget - SECONDS)) $python run.py "${sweep[@]}" --resume --results-dir "$state/kb"
 elif [ "$part" = throughput ]; then
+  # SPARE_PROBE=1: first the spares' import and warm-up alone and six at once
+  [ "${SPARE_PROBE:-}" != 1 ] || step spare-probe 60 $python scripts/spare_probe.py --counts 1 6
   # Builds alone first (so that their rate is the host's), then the judging on cached builds,
   # then a sweep with its builds in it; the sweeps' summaries give the per-solution medians.
   # CACHED=after-cold: no separate suite; the cold sweep first, then the same suite again on
@@ -177,8 +179,17 @@ elif [ "$part" = throughput ]; then
       --json "$out/l1-$label.json" -- --budget-ms 500 "$@"
   }
   if [ "${CACHED:-}" = after-cold ]; then
-    sweep_of cold "$cold" $((budget - SECONDS - 120)) --build-jobs "$(nproc)"
-    sweep_of cached "$cold" $((budget - SECONDS))
+    # SPARES_LIST="4 10": a cached sweep for each, with HARNESS_SPARES set so (issue 44),
+    # each given an equal share of the time the cold sweep leaves
+    read -ra spares <<<"${SPARES_LIST:-}"
+    left=${#spares[@]}
+    sweep_of cold "$cold" $((budget - SECONDS - 120 * (left > 0 ? left : 1))) \
+      --build-jobs "$(nproc)"
+    [ "$left" -gt 0 ] || sweep_of cached "$cold" $((budget - SECONDS))
+    for count in "${spares[@]}"; do
+      HARNESS_SPARES=$count sweep_of "cached-spares-$count" "$cold" $(((budget - SECONDS) / left))
+      left=$((left - 1))
+    done
   else
     $python scripts/make_suite.py "$warm" --count "${COUNT:-40}" --sizes level1 ${SUITE_FLAGS:-} >/dev/null
     step l1-builds 200 $python run.py --problems "$warm/problems" --solutions "$warm/solutions" \

@@ -12,6 +12,7 @@ from harness.measure.worker import Job
 from harness.run import isolate, pool
 from harness.run.pool import LocalSlot
 from harness.settings import Checking, Places, Settings, StopRule, Timing
+from harness.verdicts import UserError
 from tests.conftest import TOY, CliRun, toy_solution
 
 FIXTURES = ["good", "wrong_scale", "raises", "segfault", "hard_exit", "sys_exit", "hangs"]
@@ -240,3 +241,17 @@ def test_a_slot_keeps_as_many_spares_as_its_gpus_memory_and_its_share_of_cores_a
     assert pool.spares_ahead(40 * gib, 64, 1) == 2  # a 40 GB GPU
     assert pool.spares_ahead(8 * gib, 64, 1) == 1  # at least one
     assert pool.spares_ahead(None, None, 1) == 1
+
+
+def test_harness_spares_sets_the_spares_and_a_bad_value_is_a_one_line_error(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.delenv(pool.SPARES_VARIABLE, raising=False)
+    assert pool.spares_set() is None
+    monkeypatch.setenv(pool.SPARES_VARIABLE, "10")
+    assert pool.spares_set() == 10
+    assert all(slot.ahead == 10 for slot in pool.LocalPool(["cpu"], 1).slots)
+    for bad in ("0", "many", "-2"):
+        monkeypatch.setenv(pool.SPARES_VARIABLE, bad)
+        with pytest.raises(UserError, match="HARNESS_SPARES"):
+            pool.spares_set()

@@ -36,6 +36,7 @@ COMPILES_PER_BUILD = "2"  # MAX_JOBS: the compile steps one build runs at once (
 # the jobs before its own (docs/scale.md: with fewer, the spares set a sweep's pace).
 SPARES_MAX = 6
 GIB_PER_SPARE = 16  # a warm spare holds a CUDA context (about 0.5 GB): one per 16 GiB at most
+SPARES_VARIABLE = "HARNESS_SPARES"  # where set, the spares each GPU slot keeps (docs/scale.md)
 
 
 def execute(
@@ -156,7 +157,8 @@ class LocalPool:
         # Builds are stopped while a slot times (harness.run.isolate), so that judging need
         # not wait for them; where they cannot be, a run that times waits for every build.
         self.held = Held() if can_hold() else None
-        self.slots = [LocalSlot(device, self.held, sharing=len(devices)) for device in devices]
+        ahead, sharing = spares_set(), len(devices)
+        self.slots = [LocalSlot(device, self.held, ahead, sharing) for device in devices]
         self.build_jobs = build_jobs
         os.environ.setdefault("MAX_JOBS", COMPILES_PER_BUILD)  # workers inherit it
         self._builder = ThreadPoolExecutor(build_jobs, thread_name_prefix="build")
@@ -193,6 +195,16 @@ def spares_ahead(memory_bytes: int | None, cores: int | None, slots: int) -> int
     by_memory = (memory_bytes or 0) // (GIB_PER_SPARE << 30)
     by_cores = (cores or 2) // (2 * max(1, slots))
     return max(1, min(SPARES_MAX, by_memory, by_cores))
+
+
+def spares_set() -> int | None:
+    """The spares a GPU slot keeps as SPARES_VARIABLE sets them, or None where it is not set."""
+    text = os.environ.get(SPARES_VARIABLE, "").strip()
+    if not text:
+        return None
+    if not text.isdigit() or int(text) < 1:
+        raise UserError(f"{SPARES_VARIABLE}={text!r}: give a whole number, 1 or more, or unset it")
+    return int(text)
 
 
 def build_jobs(requested: int | None) -> int:
