@@ -33,14 +33,17 @@ import types
 import typing
 from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, TypeAlias, TypeVar
 
 T = TypeVar("T")
 OMIT = "omitted_when"  # field metadata: the value that leaves the field out of the JSON
 _UNIONS = (typing.Union, types.UnionType)
+# A JSON value as json.loads gives it, and an object of them (a line of a JSON-lines log)
+Json: TypeAlias = bool | int | float | str | list["Json"] | dict[str, "Json"] | None
+JsonObject: TypeAlias = dict[str, Json]
 
 
-def omitted_when(value: Any = None) -> dict[str, Any]:
+def omitted_when(value: object = None) -> dict[str, object]:
     """Field metadata: leave the field out of the JSON when it holds `value` (None, False or
     an empty tuple)."""
     return {OMIT: value}
@@ -67,7 +70,7 @@ def encode(value: Any) -> Any:
     return value
 
 
-def decode(cls: type[T], data: Mapping[str, Any]) -> T:
+def decode(cls: type[T], data: Mapping[str, object]) -> T:
     """A `cls` from `encode`'s form (module doc). Raises TypeError or ValueError for data that
     is not one (a required field missing, a field of the wrong shape)."""
     if not isinstance(data, Mapping):
@@ -93,7 +96,7 @@ def decode_value(hint: Any, raw: Any) -> Any:
 
 
 @functools.cache
-def hints(cls: type) -> dict[str, Any]:
+def hints(cls: type) -> dict[str, object]:
     """The type of each field of `cls`, read once."""
     return typing.get_type_hints(cls)
 
@@ -187,7 +190,7 @@ def unwritable(folder: Path) -> str | None:
     return None
 
 
-def append(folder: Path, record: dict[str, Any], name: str) -> None:
+def append(folder: Path, record: Mapping[str, Json], name: str) -> None:
     """Append `record` to the folder's log `name` as a single JSON line."""
     line = json.dumps(record, sort_keys=True) + "\n"
     with locked(folder), open(folder / name, "a+", encoding="utf-8") as log:
@@ -204,7 +207,7 @@ def _last_byte(path: Path) -> bytes:
         return handle.read(1)
 
 
-def read(folder: Path, name: str) -> list[dict[str, Any]]:
+def read(folder: Path, name: str) -> list[JsonObject]:
     """All records of the folder's log `name`, oldest first; unreadable lines
     are skipped."""
     path = folder / name

@@ -29,7 +29,7 @@ import importlib.util
 import os
 import random
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from types import ModuleType
@@ -75,7 +75,7 @@ class Problem:
     backward: bool = False  # BACKWARD = True: the gradients are judged too
 
 
-def import_file(path: Path | str, namespace: dict[str, Any] | None = None) -> ModuleType:
+def import_file(path: Path | str, namespace: Mapping[str, object] | None = None) -> ModuleType:
     """Import the Python file at `path` as a fresh module with a unique name; with a
     `namespace`, the module starts with those names (a solution, with its reference's:
     `reference_namespace`), and what the file defines replaces them in its module alone.
@@ -109,7 +109,7 @@ def import_file(path: Path | str, namespace: dict[str, Any] | None = None) -> Mo
     return module
 
 
-def reference_namespace(path: Path | str) -> dict[str, Any]:
+def reference_namespace(path: Path | str) -> dict[str, object]:
     """The globals of a fresh import of the reference at `path` (its dunders left out), which a
     solution starts with: KernelBench runs the reference's file and then the solution's in one
     namespace, so LLM-written solutions use the reference's globals (`batch_size`, `Model`,

@@ -354,7 +354,7 @@ class Settings:
         return "" if self.checking.profile == HARNESS else f"-{self.checking.profile}"
 
     @staticmethod
-    def upgraded(data: Mapping[str, Any]) -> Mapping[str, Any]:
+    def upgraded(data: Mapping[str, object]) -> Mapping[str, object]:
         """The JSON form of settings (harness.codec) from the flat form records had before
         (device, trials, seed, secret, rule, graph, flush, arch): each nested class reads its
         own keys from the flat dict (the codec ignores the others); missing values take the

@@ -92,6 +92,37 @@ def test_modules_and_functions_are_short(path: Path) -> None:
     assert not long, f"functions over {MAX_FUNCTION_LINES} lines: {long}"
 
 
+UNTYPED = re.compile(r"(dict|Mapping)\[str, Any\]")  # a record with no type of its own
+
+
+def untyped_boundaries(text: str) -> list[str]:
+    """The public functions and methods of a module's source whose parameters or result are
+    a `dict[str, Any]` (or Mapping): what another module would pass or get untyped."""
+    found = []
+    for node in ast.walk(ast.parse(text)):
+        if not isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            continue
+        if node.name.startswith("_"):
+            continue
+        annotations = [arg.annotation for arg in ast.walk(node.args) if isinstance(arg, ast.arg)]
+        for annotation in [*annotations, node.returns]:
+            if annotation is not None and UNTYPED.search(ast.unparse(annotation)):
+                found.append(node.name)
+                break
+    return found
+
+
+@pytest.mark.parametrize("path", MODULES, ids=lambda p: str(p.relative_to(REPO)))
+def test_no_untyped_dict_crosses_a_module_boundary(path: Path) -> None:
+    assert not untyped_boundaries(path.read_text(encoding="utf-8"))
+
+
+def test_the_boundary_test_sees_an_untyped_dict() -> None:
+    text = "def f(a: dict[str, Any]) -> None: ...\ndef _g() -> Mapping[str, Any]: ...\n"
+    text += "def h(b: int) -> Mapping[str, Any]: ...\n"
+    assert untyped_boundaries(text) == ["f", "h"]
+
+
 def _module_graph() -> dict[str, set[str]]:
     """Each harness module and the harness modules it imports (at any depth of its code)."""
     modules = {module_name(p): p for p in MODULES}

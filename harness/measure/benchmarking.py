@@ -51,7 +51,7 @@ import dataclasses
 import functools
 import math
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -81,6 +81,8 @@ from harness.record import BenchRow, GpuState
 from harness.settings import Settings, StopRule
 from harness.stats import Interval, Measurement, PerCall, part
 
+Sides = Mapping[str, Callable[..., Any]]  # the models timed side by side, by side's name
+Calls = Mapping[str, Callable[[], object]]  # the zero-argument calls timed, by side's name
 LAUNCH_BOUND_FACTOR = 3.0  # a median under this many floors is mostly launch cost
 FINAL_CHECKS = 2  # timed-path calls checked after sampling, whatever the dice said
 
@@ -240,7 +242,7 @@ def timer_for(device: torch.device, settings: Settings, graphed: bool = False) -
 
 
 def sample(
-    models: dict[str, Any],
+    models: Sides,
     bench: Case,
     seed: int,
     inputs: list[Any],
@@ -300,7 +302,7 @@ def sample(
 
 
 def _fed(
-    calls: dict[str, Any],
+    calls: Calls,
     solution: feeding.Feed,
     checker: feeding.SpotChecker,
     where: tuple[torch.device, Settings, bool],
@@ -398,7 +400,7 @@ def per_call_rule(rule: StopRule) -> StopRule:
 
 
 def time_per_call(
-    calls: dict[str, Any], device: torch.device, settings: Settings, device_speedup: float
+    calls: Calls, device: torch.device, settings: Settings, device_speedup: float
 ) -> tuple[PerCall, str | None]:
     """The row's per-call times: each call timed from an idle device, host included
     (PerCallTimer), side by side under per_call_rule, with their speedup; and which side is
@@ -432,7 +434,7 @@ FEED_SETS = (2, 4)  # ... and between this many sets
 
 
 def make_calls(
-    models: dict[str, Any],
+    models: Sides,
     drawn: tuple[Case, int],
     inputs: list[Any],
     device: torch.device,
@@ -454,7 +456,7 @@ def make_calls(
 
 
 def _fed_sides(
-    models: dict[str, Any],
+    models: Sides,
     drawn: tuple[Case, int],
     inputs: list[Any],
     device: torch.device,

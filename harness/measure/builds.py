@@ -52,7 +52,7 @@ import os
 import re
 import subprocess
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -159,10 +159,10 @@ class BuildWatcher:
         return _short(annotate(_first_error(f"{text}\n{err}"), solution))
 
 
-def _modules(arguments: dict[str, Any]) -> dict[Path, int]:
+def _modules(arguments: Mapping[str, object]) -> dict[Path, int]:
     """The built modules in an extension's build folder, with their times of change: the same
     before and after a build when it only loaded them from the cache."""
-    folder = arguments.get("build_directory")
+    folder = str(arguments.get("build_directory") or "")
     root = os.environ.get("TORCH_EXTENSIONS_DIR")
     if not folder and root:
         folder = os.path.join(root, str(arguments.get("name")))
@@ -171,7 +171,7 @@ def _modules(arguments: dict[str, Any]) -> dict[Path, int]:
     return {p: p.stat().st_mtime_ns for p in Path(folder).glob("*.so")}
 
 
-def _uses_cuda(kind: str, arguments: dict[str, Any]) -> bool:
+def _uses_cuda(kind: str, arguments: Mapping[str, object]) -> bool:
     if arguments.get("with_cuda"):
         return True
     if kind == "load_inline":
@@ -179,10 +179,9 @@ def _uses_cuda(kind: str, arguments: dict[str, Any]) -> bool:
     return bool(_cuda_files(arguments))
 
 
-def _cuda_files(arguments: dict[str, Any]) -> list[Path]:
+def _cuda_files(arguments: Mapping[str, object]) -> list[Path]:
     """The CUDA files among `load`'s sources (a path, or a list of them)."""
-    sources = arguments.get("sources") or []
-    paths = [Path(s) for s in ([sources] if isinstance(sources, str) else sources)]
+    paths = [Path(source) for source in _strings(arguments.get("sources"))]
     return [path for path in paths if str(path).endswith((".cu", ".cuh"))]
 
 
@@ -193,14 +192,20 @@ SLOW_HEADER = (
 )
 
 
-def slow_header(kind: str, arguments: dict[str, Any]) -> str | None:
+def slow_header(kind: str, arguments: Mapping[str, object]) -> str | None:
     """SLOW_HEADER where the build's CUDA sources include <torch/extension.h>, else None."""
     if kind == "load_inline":
-        sources = arguments.get("cuda_sources") or []
-        texts = [sources] if isinstance(sources, str) else list(sources)
+        texts = _strings(arguments.get("cuda_sources"))
     else:
         texts = [_text(path) for path in _cuda_files(arguments)]
     return SLOW_HEADER if any(_EXTENSION_H.search(text) for text in texts) else None
+
+
+def _strings(value: object) -> list[str]:
+    """A build argument that takes a string or a list of them (sources, paths), as a list."""
+    if isinstance(value, str | os.PathLike):
+        return [str(os.fspath(value))]
+    return [str(os.fspath(item)) for item in value] if isinstance(value, list | tuple) else []
 
 
 def _text(path: Path) -> str:

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 from harness import codec, stats
 from harness.record import BenchRow, CompileBaseline, CompiledRow
@@ -77,7 +76,7 @@ def store(folder: Path, measured: list[Baseline]) -> None:
         codec.append(folder, flat(baseline), LOG_NAME)
 
 
-def flat(baseline: Baseline) -> dict[str, Any]:
+def flat(baseline: Baseline) -> codec.JsonObject:
     """A baseline as its line of baselines.jsonl."""
     parts = (baseline.key, baseline.by, baseline.row)
     return {k: v for part in parts for k, v in codec.encode(part).items()}

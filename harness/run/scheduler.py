@@ -411,8 +411,8 @@ if TYPE_CHECKING:
 TOOLCHAIN = ("torch", "cuda", "gpu")  # of the machine, beside the settings' arch
 
 
-def comparable(settings: Settings) -> dict[str, Any]:
-    """The settings that decide a verdict and its numbers, as a dict."""
+def comparable(settings: Settings) -> codec.JsonObject:
+    """The settings that decide a verdict and its numbers, as a JSON object."""
     data = codec.encode(settings)
     data.pop("places", None)
     data["checking"] = {k: v for k, v in data["checking"].items() if k != "secret"}
