@@ -236,10 +236,11 @@ def test_a_slots_timing_never_waits_for_a_spare(monkeypatch) -> None:
 
 def test_a_slot_keeps_as_many_spares_as_its_gpus_memory_and_its_share_of_cores_allow() -> None:
     gib = 1 << 30
-    assert pool.spares_ahead(141 * gib, 16, 1) == pool.SPARES_MAX  # the H200 host
-    assert pool.spares_ahead(141 * gib, 16, 2) == 4  # two GPUs share 16 cores
-    assert pool.spares_ahead(40 * gib, 64, 1) == 2  # a 40 GB GPU
-    assert pool.spares_ahead(8 * gib, 64, 1) == 1  # at least one
+    assert pool.spares_ahead(141 * gib, 16, 1) == pool.SPARES_MAX == 10  # the H200 host
+    assert pool.spares_ahead(80 * gib, 16, 1) == 10  # an H100 80GB host
+    assert pool.spares_ahead(141 * gib, 16, 2) == 8  # two GPUs share 16 cores
+    assert pool.spares_ahead(40 * gib, 64, 1) == 5  # a 40 GB GPU
+    assert pool.spares_ahead(4 * gib, 64, 1) == 1  # at least one
     assert pool.spares_ahead(None, None, 1) == 1
 
 

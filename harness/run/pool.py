@@ -34,8 +34,8 @@ COMPILES_PER_BUILD = "2"  # MAX_JOBS: the compile steps one build runs at once (
 # and warm-up (harness.measure.worker) take longer than a job's check and timing; they go on
 # only while no timing runs (paused during one), several at once, so each has the windows of
 # the jobs before its own (docs/scale.md: with fewer, the spares set a sweep's pace).
-SPARES_MAX = 6
-GIB_PER_SPARE = 16  # a warm spare holds a CUDA context (about 0.5 GB): one per 16 GiB at most
+SPARES_MAX = 10
+GIB_PER_SPARE = 8  # a warm spare holds a CUDA context (about 0.5 GB): one per 8 GiB at most
 SPARES_VARIABLE = "HARNESS_SPARES"  # where set, the spares each GPU slot keeps (docs/scale.md)
 
 
@@ -190,10 +190,10 @@ class LocalPool:
 
 def spares_ahead(memory_bytes: int | None, cores: int | None, slots: int) -> int:
     """The spare workers a GPU slot keeps: SPARES_MAX at most, one per GIB_PER_SPARE of its
-    GPU's memory (each warm one holds a context there), one per two of the host's cores that
-    are its share (`slots` share them), and at least one."""
+    GPU's memory (each warm one holds a context there), one per core of the host's share
+    (`slots` share them; each imports on one, never while a timing runs), and at least one."""
     by_memory = (memory_bytes or 0) // (GIB_PER_SPARE << 30)
-    by_cores = (cores or 2) // (2 * max(1, slots))
+    by_cores = (cores or 1) // max(1, slots)
     return max(1, min(SPARES_MAX, by_memory, by_cores))
 
 
