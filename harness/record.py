@@ -87,6 +87,17 @@ class Witness:
 
 
 @dataclass(frozen=True)
+class Bound:
+    """The compute side of a benchmark's speed-of-light bound (harness.measure.hardware.work):
+    the precision its FLOPs run at, that precision's peak on the GPU, and why the bound misses
+    work (an operation the FLOP counter cannot see into), where it does."""
+
+    flop_class: str | None = None  # "fp32", "tf32", "bf16", "fp16", "fp8", "fp64"
+    peak_tflops: float | None = None  # dense, from the data sheet; None: GPU or class unknown
+    partial: str | None = None
+
+
+@dataclass(frozen=True)
 class BenchRow:
     """One benchmark shape, timed: the solution and eager PyTorch side by side.
 
@@ -107,6 +118,8 @@ class BenchRow:
     launch_bound: bool | None = None
     bytes: int | None = None  # what the problem must move ...
     flops: int | None = None  # ... and compute
+    # what the speed-of-light bound needs beside them, where the FLOPs were counted
+    bound: Bound | None = field(default=None, metadata=OMIT_NONE)
     # timed calls whose output was checked (not in graph mode)
     spot_checks: int | None = field(default=None, metadata=OMIT_NONE)
     # the wall-clock cross-check per call (not in graph mode)

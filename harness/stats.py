@@ -143,6 +143,15 @@ def geomean(values: Sequence[float]) -> float:
     return math.exp(sum(math.log(v) for v in values) / len(values))
 
 
+def sol_score(time_us: float, baseline_us: float, sol_us: float) -> float | None:
+    """SOL-ExecBench's score of a time against the speed of light: 1 / (1 + (T - T_SOL) /
+    (T_baseline - T_SOL)), 0 as T grows without end, 0.5 at the baseline's time, 1 at the bound
+    (above 1: faster than the bound). None where the baseline is not slower than the bound."""
+    if baseline_us <= sol_us:
+        return None
+    return 1 / (1 + (time_us - sol_us) / (baseline_us - sol_us))
+
+
 def _z(confidence: float) -> float:
     """The standard normal quantile for a two-sided interval of `confidence`."""
     if not 0 < confidence < 1:

@@ -108,6 +108,8 @@ class FlagName(Name):
     THROTTLED = "throttled"
     LOAD = "load"
     COMPILE_MISMATCH = "compile_mismatch"
+    BELOW_SOL = "below_sol"
+    SOL_PARTIAL = "sol_partial"
 
 
 REJECTIONS: dict[str, Rule] = {
@@ -224,6 +226,17 @@ FLAGS: dict[str, Rule] = {
     FlagName.COMPILE_MISMATCH: Rule(
         "torch.compile's output differs from eager's, so there is no 'vs compile'",
         "results/report.py",
+    ),
+    FlagName.BELOW_SOL: Rule(
+        "faster than the speed of light (the problem's bytes at the copy bandwidth, its FLOPs "
+        "at their precision's peak): skipped work, a warm cache, or a lower precision than "
+        "the reference's",
+        "results/report.py",
+    ),
+    FlagName.SOL_PARTIAL: Rule(
+        "the speed-of-light bound misses work the FLOP counter cannot see (a custom or "
+        "recurrent op), or the GPU's peak for the precision is unknown",
+        "measure/hardware.py",
     ),
 }
 

@@ -44,6 +44,8 @@
 #   bash scripts/gpu_session.sh ray-sweep   issue 44: a trimmed Ray (scripts/trim_ray.sh .raytrim,
 #                     carried) started here, and the LLM-shaped suite swept on it (see the part)
 #   bash scripts/gpu_session.sh ray-rate    issue 44: builds an hour on 1, 2, 3 local Ray nodes
+#   [KB_PROBLEMS="dirs"] [RATE=1] bash scripts/gpu_session.sh sol   issue 47: the SOL columns
+#                     of matmul and sum_reduce, every problem's bound (and RATE=1: ray-rate)
 #   KB_SRC=<KernelBench checkout> KB_PROBLEMS=<its level1 files> bash scripts/gpu_session.sh \
 #       kernelbench   the side-by-side with KernelBench's own evaluator (docs/kernelbench.md, "Judged as
 #                     KernelBench judges"): builds first, KernelBench's evaluator, then the
@@ -445,6 +447,29 @@ elif [ "$part" = ray-rate ]; then
   $python scripts/make_suite.py "$state/rate-suite" --style llm --count "${RATE_COUNT:-6}" \
     --seed 3 >/dev/null
   step ray-rate $((budget - SECONDS - 10)) $python scripts/ray_build_rate.py "$state/rate-suite"
+elif [ "$part" = sol ]; then
+  # Issue 47: the speed-of-light columns on the GPU. matmul's and sum_reduce's fast_cuda built
+  # at once, then each judged alone (their tables' SOL columns); then every benchmark's bound
+  # of the shipped problems and of KB_PROBLEMS (folders of KernelBench reference files) by
+  # scripts/sol_bounds.py; then, with RATE=1, ray-rate in the time left.
+  for problem in matmul sum_reduce; do
+    $python run.py --problem $problem --solution "solutions/$problem/fast_cuda.py" --build-only \
+      >>"$out/sol-builds.txt" 2>&1 &
+  done
+  wait
+  for problem in matmul sum_reduce; do
+    step "sol-$problem" 120 $python run.py --problem $problem \
+      --solution "solutions/$problem/fast_cuda.py" --results-dir "$state/sol"
+  done
+  # shellcheck disable=SC2086  # KB_PROBLEMS: folders, one word each
+  step sol-bounds 200 $python scripts/sol_bounds.py problems ${KB_PROBLEMS:-} \
+    --csv "$state/sol-bounds.csv"
+  if [ "${RATE:-}" = 1 ]; then
+    ray_site
+    $python scripts/make_suite.py "$state/rate-suite" --style llm --count "${RATE_COUNT:-6}" \
+      --seed 3 >/dev/null
+    step ray-rate $((budget - SECONDS - 10)) $python scripts/ray_build_rate.py "$state/rate-suite"
+  fi
 else  # sanitize
   for solution in multilabel_margin/fast_cuda multilabel_margin/warp_cuda smooth_l1/fast_cuda; do
     step "memcheck-${solution//\//-}" 120 compute-sanitizer --tool memcheck --error-exitcode 9 \

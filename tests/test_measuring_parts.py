@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from harness import record
+from harness import record, stats
 from harness.loading import load_problem
 from harness.measure import benchmarking, hardware
 from harness.record import BenchRow, Ceiling, CompiledRow, GpuState, Machine, Measurement
@@ -23,6 +23,7 @@ from tests import records_factory as make
 from tests.conftest import REPO
 
 H200 = Machine(gpu="NVIDIA H200", torch="2.11.0", driver="580")
+CPU = torch.device("cpu")
 
 
 def test_bytes_count_every_tensor_once_at_its_view_size() -> None:
@@ -34,11 +35,54 @@ def test_bytes_count_every_tensor_once_at_its_view_size() -> None:
 def test_default_count_is_inputs_plus_outputs_and_a_problem_may_declare_its_own() -> None:
     toy = load_problem("toy", REPO / "tests" / "fixtures" / "toy" / "reference.py")
     x = torch.zeros(4, 8)
-    assert hardware.counts(toy, [x], torch.zeros(4)) == (128 + 16, None)
+    output, work = hardware.work(toy, toy.model(), [x], CPU)
+    assert (work.bytes, work.flops, work.bound.partial) == (128 + 128, None, None)
+    assert torch.equal(output, x * 2 + 1)
     problem = load_problem("m", REPO / "problems" / "multilabel_margin" / "reference.py")
     target = torch.tensor([[3, 1, -1, 0], [2, 0, 1, 3]])  # 3 and 4 label slots are read
-    moved, _ = hardware.counts(problem, [torch.zeros(2, 4), target], torch.zeros(()))
-    assert moved == 2 * 4 * 4 + (3 + 4) * 8 + 4
+    _, work = hardware.work(problem, problem.model(), [torch.zeros(2, 4), target], CPU)
+    assert work.bytes == 2 * 4 * 4 + (3 + 4) * 8 + 4
+
+
+class Linear(torch.nn.Module):
+    def __init__(self, k: int, n: int) -> None:
+        super().__init__()
+        self.layer = torch.nn.Linear(k, n, bias=False)
+
+    def forward(self, a: torch.Tensor) -> torch.Tensor:
+        return torch.relu(self.layer(a))
+
+
+def test_a_matmul_counts_2mnk_flops_and_its_weights_among_the_bytes() -> None:
+    toy = load_problem("toy", REPO / "tests" / "fixtures" / "toy" / "reference.py")
+    m, n, k = 64, 48, 32
+    _, work = hardware.work(toy, Linear(k, n), [torch.randn(m, k)], CPU)
+    assert work.flops == 2 * m * n * k
+    assert work.bytes == 4 * (m * k + m * n + k * n)  # input, output, weight: each once
+    assert work.bound.flop_class == "fp32" and work.bound.partial is None
+    _, half = hardware.work(
+        toy, Linear(k, n).to(torch.bfloat16), [torch.randn(m, k).bfloat16()], CPU
+    )
+    assert half.bound.flop_class == "bf16" and half.bytes == work.bytes // 2
+
+
+def test_an_elementwise_problem_has_no_flops_and_an_rnn_a_partial_bound() -> None:
+    toy = load_problem("toy", REPO / "tests" / "fixtures" / "toy" / "reference.py")
+    _, work = hardware.work(toy, toy.model(), [torch.randn(256, 256)], CPU)
+    assert (work.flops, work.bound.partial) == (None, None)  # its bytes alone bound it
+    for op, heavy in (("aten._cudnn_rnn", True), ("aten.cummax", False), ("mylib.fused", True)):
+        assert hardware.opaque(op) is heavy
+    assert hardware.peak_tflops("NVIDIA H200", "fp32") == 67
+    assert hardware.peak_tflops("NVIDIA H100 PCIe", "bf16") == 756
+    assert hardware.peak_tflops("Tesla T4", "fp32") is None
+
+
+def test_a_declared_flop_count_wins() -> None:
+    problem = load_problem("mm", REPO / "problems" / "matmul" / "reference.py")
+    a, b = torch.randn(16, 8), torch.randn(8, 4)
+    model = problem.model(*problem.benchmarks[0].get_init_inputs())
+    output, work = hardware.work(problem, model, [a, b], CPU)
+    assert work.flops == problem.count_flops([a, b], output)
 
 
 def test_ceiling_is_measured_once_per_gpu_and_torch(tmp_path: Path, monkeypatch) -> None:
@@ -95,7 +139,7 @@ def test_a_wrong_compiled_reference_gives_no_speedup() -> None:
     baseline, versus = baselines.versus(measured, [entry], "r")
     assert versus is None and baseline is not None and baseline.mismatch
     bench = replace(measured, compile=baseline, vs_compile=versus)
-    assert report.bench_vs_compile(bench) is None
+    assert baselines.bench_vs_compile(bench) is None
     row = report.table_rows([make.record("p", "s", [bench])])[0]
     assert "wrong answer" in report.markdown_table([row])
 
@@ -211,3 +255,32 @@ def test_a_row_is_built_from_its_sampling_and_what_its_fed_calls_gave() -> None:
     )
     graphed = benchmarking._row("default", inputs, (sampled, None), None, None)
     assert (graphed.spot_checks, graphed.per_call, graphed.launch_bound) == (None, None, False)
+
+
+def test_a_row_has_its_speed_of_light_share_and_scores_and_flags_a_time_below_it() -> None:
+    # 4 GB at 4,000 GB/s: 1,000 us; 2e12 fp32 FLOPs at 67 TFLOP/s: 29,851 us, the larger
+    compute_bound = replace(
+        make.bench(solution_us=59_702.0, reference_us=89_552.0),
+        bytes=4_000_000_000,
+        flops=2_000_000_000_000,
+        bound=record.Bound("fp32", 67.0, None),
+    )
+    run = replace(make.record("p", "s", [compute_bound]), ceiling=Ceiling(copy_gbps=4000.0))
+    row = report.table_rows([run])[0]
+    assert row.sol_us == pytest.approx(2e12 / 67e6)
+    assert row.sol_pct == pytest.approx(50.0, rel=0.01)  # twice the bound's time
+    assert row.sol_score == pytest.approx(2 / 3, rel=0.01)  # eager at 3x the bound: 1/(1+1/2)
+    assert row.sol_partial is None and "speed of light" not in (row.flags or "")
+    memory_only = replace(compute_bound, flops=None, bound=None)  # an older record
+    too_fast = replace(memory_only, solution=make.timing(500.0, seed=3))
+    row = report.table_rows([replace(run, benchmarks=(too_fast,))])[0]
+    assert row.sol_us == pytest.approx(1000.0) and row.sol_pct == pytest.approx(200.0, rel=0.02)
+    assert "BELOW the speed of light" in row.flags and "SOL bound partial" in row.flags
+    assert report.table_rows([make.record("p", "q", [make.bench(2.0, 4.0)])])[0].sol_us is None
+
+
+def test_the_sol_score_is_one_at_the_bound_a_half_at_the_baseline_and_falls_beyond() -> None:
+    assert stats.sol_score(10.0, 30.0, 10.0) == 1.0
+    assert stats.sol_score(30.0, 30.0, 10.0) == 0.5
+    assert stats.sol_score(210.0, 30.0, 10.0) == pytest.approx(1 / 11)
+    assert stats.sol_score(20.0, 8.0, 10.0) is None  # a baseline faster than the bound

@@ -41,6 +41,24 @@ def test_compile_score_needs_every_shape_to_have_one() -> None:
     assert summary.compile_score(one) is None
 
 
+def test_sol_means_are_geomeans_over_shapes_and_shown_beside_fast_p() -> None:
+    ceiling = run_log.Ceiling(copy_gbps=1000.0)  # 1 GB/s per us: T_SOL = bytes / 1e6 us
+
+    def shape(solution_us: float, sol_us: float, name: str) -> run_log.BenchRow:
+        bound = run_log.Bound("fp32", 67.0, None)
+        timed = bench(solution_us, 4 * sol_us, name=name)
+        return dataclasses.replace(timed, bytes=int(sol_us * 1e6), flops=1, bound=bound)
+
+    run = record("p", "a", [shape(20.0, 10.0, "x"), shape(80.0, 10.0, "y")])
+    share, score = summary.sol_means(dataclasses.replace(run, ceiling=ceiling))
+    assert share == pytest.approx(math.sqrt(0.5 * 0.125), rel=0.02)  # shares 50% and 12.5%
+    assert score == pytest.approx(math.sqrt((1 / (1 + 10 / 30)) * (1 / (1 + 70 / 30))), rel=0.02)
+    assert summary.sol_means(run) == (None, None)  # no ceiling recorded: no bound
+    text = summary.summary_markdown([dataclasses.replace(run, ceiling=ceiling)])
+    assert ["p", "a", "ok", "2", "1.00x", "", "25%", "0.47", "yes"] in cells(text)
+    assert "shares of the speed of light: 25%, and of their SOL scores: 0.47" in text
+
+
 def test_the_latest_record_of_each_solution_decides() -> None:
     old = record("p", "a", [bench(10.0, 20.0)], when="2026-11-28T10:00:00+00:00")
     new = record("p", "a", status="incorrect", when="2026-11-29T10:00:00+00:00")
@@ -103,11 +121,11 @@ def test_summary_renders_and_writes_from_the_log(tmp_path: Path) -> None:
     text = path.read_text()
     assert text.startswith("# Summary on NVIDIA H200")
     table = cells(text)
-    assert ["alpha", "fast", "ok", "1", "3.00x", "", "yes"] in table
-    assert ["gamma", "broken", "compile_error", "0", "", "", ""] in table
-    assert ["delta", "(only CPU runs ok)", "", ""] in table
-    assert ["gamma", "(none ok)", "", ""] in table
+    assert ["alpha", "fast", "ok", "1", "3.00x", "", "", "", "yes"] in table
+    assert ["gamma", "broken", "compile_error", "0", "", "", "", "", ""] in table
+    assert ["delta", "(only CPU runs ok)", "", "", "", ""] in table
+    assert ["gamma", "(none ok)", "", "", "", ""] in table
     assert f"best scores: {math.sqrt(3.0 * 1.2):.2f}x (over 2 of 4 problem(s)" in text
     assert ["fast_1", "0.50 (2 of 4)"] in table and ["fast_2", "0.25 (1 of 4)"] in table
-    assert ["delta", "cpp (CPU)", "ok", "1", "10.00x", "", ""] in table
+    assert ["delta", "cpp (CPU)", "ok", "1", "10.00x", "", "", "", ""] in table
     assert "never chosen as a problem's best" in text

@@ -134,15 +134,13 @@ def time_benchmarks(
         verdict = check_once(problem, bench, models, inputs, device, settings.checking, seed)
         if verdict:
             raise Verdict(verdicts.INCORRECT, f"benchmark {bench.name!r}: {verdict}")
-        with torch.no_grad():
-            output = models[0](*replicate_all(inputs, device))
-        bytes_, flops = hardware.counts(problem, inputs, output)
+        output, work = hardware.work(problem, models[0], replicate_all(inputs, device), device)
         calls = {"reference": models[0], "solution": models[1]}
         label = f"benchmark {bench.name!r}"
         checker = _spot_checker(problem, bench, models[0], device, settings, label)
         timed = sample(calls, bench, seed, inputs, device, settings, timer, checker)
         row = _row(bench.name, inputs, timed, floor, timed[0].note)
-        rows.append(dataclasses.replace(row, bytes=bytes_, flops=flops))
+        rows.append(dataclasses.replace(row, bytes=work.bytes, flops=work.flops, bound=work.bound))
         if problem.backward:
             drawn = (seed, inputs, output)
             rows += _pass_rows(problem, bench, models, drawn, device, settings, (timer, floor))

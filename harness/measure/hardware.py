@@ -25,10 +25,12 @@ from pathlib import Path
 from typing import Any
 
 import torch
+from torch.utils._python_dispatch import TorchDispatchMode
+from torch.utils.flop_counter import flop_registry
 
 from harness import codec
 from harness.loading import Problem
-from harness.record import Ceiling, GpuState, Machine
+from harness.record import Bound, Ceiling, GpuState, Machine
 
 CEILING_NAME = "ceiling.json"
 COPY_BYTES = 1 << 30  # 1 GiB each way: far beyond any L2, so no cache helps
@@ -44,12 +46,129 @@ def tensor_bytes(value: Any) -> int:
     return 0
 
 
-def counts(problem: Problem, inputs: list[Any], output: Any) -> tuple[int, int | None]:
-    """Bytes to move (the problem's count, else inputs read once plus outputs written once)
-    and floating-point operations (the problem's count, else None)."""
-    moved = problem.count_bytes or (lambda i, o: tensor_bytes(i) + tensor_bytes(o))
-    flops = problem.count_flops(inputs, output) if problem.count_flops else None
-    return int(moved(inputs, output)), None if flops is None else int(flops)
+# Dense peak rates (TFLOP/s) by the precision a GPU's units compute in, from NVIDIA's data
+# sheets (SXM parts unless named; FP64 on the tensor cores): the speed of light's compute side.
+# The first key found in the GPU's name wins. A GPU not named here has no compute bound.
+PEAK_TFLOPS: dict[str, dict[str, float]] = {
+    "H200": {"fp64": 67, "fp32": 67, "tf32": 494.7, "bf16": 989.4, "fp16": 989.4, "fp8": 1978.9},
+    "H100 PCIe": {"fp64": 51, "fp32": 51, "tf32": 378, "bf16": 756, "fp16": 756, "fp8": 1513},
+    "H100": {"fp64": 67, "fp32": 67, "tf32": 494.7, "bf16": 989.4, "fp16": 989.4, "fp8": 1978.9},
+    "A100": {"fp64": 19.5, "fp32": 19.5, "tf32": 156, "bf16": 312, "fp16": 312},
+}
+FLOP_CLASSES = {
+    torch.float64: "fp64",
+    torch.float32: "fp32",
+    torch.bfloat16: "bf16",
+    torch.float16: "fp16",
+    torch.float8_e4m3fn: "fp8",
+    torch.float8_e5m2: "fp8",
+}
+# Operations the FLOP counter has no formula for but that do much arithmetic, by a word of
+# their name: where the reference runs one, its FLOP count misses work, and its bound says so.
+OPAQUE_WORDS = {"rnn", "lstm", "gru", "cholesky", "svd", "eig", "eigh", "solve", "attention"}
+OPAQUE_WORDS |= {"mm", "bmm", "matmul", "einsum", "dot", "mv", "tensordot", "baddbmm", "addmm"}
+OPAQUE_PREFIXES = ("conv", "fft", "linalg")
+
+
+def opaque(op: str) -> bool:
+    """Whether the operation named `op` ("aten._cudnn_rnn") does arithmetic that no FLOP
+    formula counted: an arithmetic-heavy name (OPAQUE_WORDS), or not one of ATen's at all."""
+    namespace, _, name = op.partition(".")
+    words = name.split(".")[0].split("_")
+    heavy = any(w in OPAQUE_WORDS or w.startswith(OPAQUE_PREFIXES) for w in words)
+    return heavy or namespace not in ("aten", "prims")
+
+
+@dataclass(frozen=True)
+class Work:
+    """What any correct solution of one benchmark must do: the speed-of-light bound's inputs."""
+
+    bytes: int  # inputs read once, outputs written once, the reference's weights read once
+    flops: int | None  # the reference's floating-point operations, as counted or declared
+    bound: Bound  # their precision and its peak; why the count misses work, if it does
+
+
+def work(
+    problem: Problem, reference: torch.nn.Module, inputs: list[Any], device: torch.device
+) -> tuple[Any, Work]:
+    """The reference's output on `inputs`, from one run under torch's FLOP formulas
+    (torch.utils.flop_counter), and the work it stands for. Declared counts win: a problem's
+    count_bytes replaces the bytes, its count_flops the FLOPs (counted at the inputs' precision).
+    """
+    counter = _Counting()
+    with torch.no_grad(), counter:
+        output = reference(*inputs)
+    weights = sum(tensor_bytes(t) for t in (*reference.parameters(), *reference.buffers()))
+    moved = tensor_bytes(inputs) + tensor_bytes(output) + weights
+    if problem.count_bytes:
+        moved = problem.count_bytes(inputs, output)
+    flops, flop_class = sum(counter.flops.values()) or None, counter.fastest()
+    unseen = ", ".join(sorted(counter.unseen))
+    partial = f"no FLOP formula for {unseen}" if unseen else None
+    if problem.count_flops:
+        flops, flop_class, partial = problem.count_flops(inputs, output), _class(inputs), None
+    gpu = torch.cuda.get_device_name(device) if device.type == "cuda" else None
+    peak = peak_tflops(gpu, flop_class) if gpu else None
+    if gpu and flops and peak is None and not partial:
+        partial = f"no {flop_class} peak known for {gpu} (harness.measure.hardware.PEAK_TFLOPS)"
+    count = None if flops is None else int(flops)
+    return output, Work(int(moved), count, Bound(flop_class, peak, partial))
+
+
+def peak_tflops(gpu: str, flop_class: str | None) -> float | None:
+    """The dense peak of `flop_class` on the GPU named `gpu` (PEAK_TFLOPS), else None."""
+    for name, peaks in PEAK_TFLOPS.items():
+        if name in gpu:
+            return peaks.get(flop_class or "")
+    return None
+
+
+class _Counting(TorchDispatchMode):
+    """Counts the FLOPs of each operation that torch's FLOP counter has a formula for, by the
+    precision it runs at, and names the arithmetic-heavy ones it has none for (`opaque`)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.flops: dict[str, int] = {}
+        self.unseen: set[str] = set()
+
+    def __torch_dispatch__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
+        kwargs = kwargs or {}
+        out = func(*args, **kwargs)
+        packet = func._overloadpacket
+        formula, kind = flop_registry.get(packet), _class(args, tf32=_tf32(str(packet)))
+        try:
+            if formula is not None and kind is not None:
+                count = int(formula(*args, **kwargs, out_val=out))
+                self.flops[kind] = self.flops.get(kind, 0) + count
+            elif formula is None and opaque(str(packet)):
+                self.unseen.add(str(packet))
+        except Exception:  # a formula that cannot read these arguments: its work is unseen
+            self.unseen.add(str(packet))
+        return out
+
+    def fastest(self) -> str | None:
+        """The counted precision with the highest peak on an H100 (a safe bound for them all)."""
+        order = PEAK_TFLOPS["H100"]
+        return max(self.flops, key=lambda kind: order.get(kind, 0.0), default=None)
+
+
+def _tf32(op: str) -> bool:
+    """Whether float32 runs on TF32 tensor cores for `op` as torch is set: convolutions
+    (cuDNN's default) and matrix products (off by default) each have a switch."""
+    if "conv" in op:
+        return bool(torch.backends.cudnn.allow_tf32)
+    return bool(torch.backends.cuda.matmul.allow_tf32)
+
+
+def _class(values: Any, tf32: bool = False) -> str | None:
+    """The precision of the first floating-point tensor in `values` (FLOP_CLASSES; float32 as
+    "tf32" where `tf32`), else None."""
+    for value in values if isinstance(values, (list, tuple)) else (values,):
+        if isinstance(value, torch.Tensor) and value.is_floating_point():
+            kind = FLOP_CLASSES.get(value.dtype)
+            return "tf32" if kind == "fp32" and tf32 and value.is_cuda else kind
+    return None
 
 
 def measure_copy(device: torch.device) -> Ceiling:

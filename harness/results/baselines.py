@@ -108,3 +108,30 @@ def versus(
     if baseline.mismatch:  # a wrong answer is no baseline: no speedup over it
         return baseline, None
     return baseline, stats.unpaired_ratio(compiled.times_us, row.solution.times_us)
+
+
+def bench_vs_compile(bench: BenchRow) -> Interval | None:
+    """The speedup over the torch.compile'd reference, or None: not measured, or the compiled
+    reference gave a different answer from eager (then it is no baseline)."""
+    if not bench.vs_compile or (bench.compile and bench.compile.mismatch):
+        return None
+    return bench.vs_compile
+
+
+def compile_columns(bench: BenchRow) -> dict[str, object]:
+    """A table row's torch.compile columns (harness.results.report.TableRow)."""
+    versus, compiled = bench_vs_compile(bench), bench.compile
+    if not compiled:
+        return {}
+    if not versus:
+        return {
+            "compile_median_us": compiled.median_us,
+            "compile_mismatch": compiled.mismatch,
+        }
+    return {
+        "vs_compile": versus.value,
+        "vs_compile_low": versus.low,
+        "vs_compile_high": versus.high,
+        "compile_median_us": compiled.median_us,
+        "compile_cached": compiled.cached,
+    }

@@ -26,9 +26,9 @@ from typing import Any
 import pandas as pd
 from tabulate import tabulate
 
-from harness import codec, verdicts
+from harness import codec, stats, verdicts
 from harness.record import LOG_NAME, BenchRow, Ceiling, GpuState, Machine, RunRecord
-from harness.results import load
+from harness.results import baselines, load
 from harness.settings import KERNELBENCH
 from harness.stats import Interval
 
@@ -108,7 +108,8 @@ def _timing_row(
     }
     columns.update(_per_call_columns(bench))
     columns.update(_roofline_columns(bench, ceiling))
-    columns.update(_compile_columns(bench))
+    columns.update(baselines.compile_columns(bench))
+    columns.update(_sol_columns(bench, ceiling))
     columns.update(_state_columns(bench.state))
     columns.update(_witness_columns(bench))
     row = replace(base, **columns, **asdict(busy))  # the machine's load (harness.results.load)
@@ -151,21 +152,49 @@ def _roofline_columns(bench: BenchRow, ceiling: Ceiling | None) -> dict[str, Any
     }
 
 
-def _compile_columns(bench: BenchRow) -> dict[str, Any]:
-    versus, compiled = bench_vs_compile(bench), bench.compile
-    if not compiled:
+def sol_us(bench: BenchRow, ceiling: Ceiling | None) -> tuple[float | None, str | None]:
+    """The benchmark's speed of light, T_SOL in microseconds: the larger of its bytes over the
+    copy ceiling and its FLOPs over their precision's peak (docs/results.md); and why it misses
+    work where it does. (None, None) off a GPU or without a ceiling or bytes."""
+    if ceiling is None or not bench.bytes:
+        return None, None
+    memory_us = bench.bytes / (ceiling.copy_gbps * 1e3)
+    bound = bench.bound
+    if bound is None:  # a record made before FLOPs were counted
+        return memory_us, "FLOPs not counted when this row was measured"
+    peak = bound.peak_tflops
+    compute_us = bench.flops / (peak * 1e6) if bench.flops and peak else 0.0
+    return max(memory_us, compute_us), bound.partial
+
+
+def sol_reached(bench: BenchRow, ceiling: Ceiling | None) -> tuple[float, float | None] | None:
+    """The share of T_SOL the solution reaches (T_SOL over its time) and its SOL score against
+    eager PyTorch (stats.sol_score), or None where the row has no bound."""
+    sol, _ = sol_us(bench, ceiling)
+    if sol is None:
+        return None
+    center = _center(bench)
+    median_us = center(bench.solution)
+    return sol / median_us, stats.sol_score(median_us, center(bench.reference), sol)
+
+
+def _sol_columns(bench: BenchRow, ceiling: Ceiling | None) -> dict[str, Any]:
+    """T_SOL, the share of it the solution reaches and its SOL scores against eager and the
+    torch.compile'd reference, where the row has a bound."""
+    sol, partial = sol_us(bench, ceiling)
+    reached = sol_reached(bench, ceiling)
+    if sol is None or reached is None:
         return {}
-    if not versus:
-        return {
-            "compile_median_us": compiled.median_us,
-            "compile_mismatch": compiled.mismatch,
-        }
+    share, score = reached
+    compiled = bench.compile if baselines.bench_vs_compile(bench) else None
+    median_us = _center(bench)(bench.solution)
+    versus = stats.sol_score(median_us, compiled.median_us, sol) if compiled else None
     return {
-        "vs_compile": versus.value,
-        "vs_compile_low": versus.low,
-        "vs_compile_high": versus.high,
-        "compile_median_us": compiled.median_us,
-        "compile_cached": compiled.cached,
+        "sol_us": sol,
+        "sol_pct": 100 * share,
+        "sol_score": score,
+        "sol_score_compile": versus,
+        "sol_partial": partial,
     }
 
 
@@ -198,14 +227,6 @@ def bench_speedup(bench: BenchRow) -> Interval:
         return bench.speedup
     ratio = bench.reference.median_us / bench.solution.median_us
     return Interval(ratio, ratio, ratio)
-
-
-def bench_vs_compile(bench: BenchRow) -> Interval | None:
-    """The speedup over the torch.compile'd reference, or None: not measured, or the compiled
-    reference gave a different answer from eager (then it is no baseline)."""
-    if not bench.vs_compile or (bench.compile and bench.compile.mismatch):
-        return None
-    return bench.vs_compile
 
 
 def bench_label(bench: BenchRow) -> str:
@@ -263,8 +284,10 @@ def _format(column: str, value: Any) -> str:
         return f"{value:.1f}%"
     if column == "gbps":  # 3 significant digits below 100: a CPU row's 0.4 GB/s is not '0'
         return f"{value:.3g}" if value < 100 else f"{value:,.0f}"
-    if column == "ceiling_pct":
+    if column in ("ceiling_pct", "sol_pct"):
         return f"{value:.0f}%" + (" (!)" if value > 100 else "")
+    if column == "sol_score":
+        return f"{value:.2f}"
     return str(value)
 
 
@@ -441,6 +464,13 @@ def flags(bench: BenchRow, row: TableRow, speedup: Interval) -> list[str]:
             f"MOVED {witnessed:.0f}% of the problem's minimum bytes under ncu: skipped work, "
             "or a wrong byte count"
         )
+    if row.sol_pct and row.sol_pct > 100 and row.sol_us is not None:
+        found.append(
+            f"BELOW the speed of light ({row.sol_us:.1f} us; {row.sol_pct:.0f}% of it): skipped "
+            "work, a warm cache, or a lower precision than the reference's"
+        )
+    if row.sol_partial:
+        found.append(f"SOL bound partial: {row.sol_partial}")
     if row.ceiling_pct and row.ceiling_pct > 100:
         found.append(
             f"ABOVE the copy ceiling ({row.ceiling_pct:.0f}%): a warm cache, a wrong "
@@ -527,6 +557,12 @@ class TableRow:
     bytes: int | None = column(default=None)
     flops: int | None = column(default=None)
     tflops: float | None = column(default=None)
+    # the speed of light: T_SOL, the share of it reached, the SOL scores, why it is partial
+    sol_us: float | None = column(default=None)
+    sol_pct: float | None = column("of SOL", default=None)
+    sol_score: float | None = column("SOL score", default=None)
+    sol_score_compile: float | None = column(default=None)
+    sol_partial: str | None = column(default=None)
     ncu_bytes: int | None = column(default=None)
     ncu_pct: float | None = column(default=None)
     ncu_kernels: int | None = column(default=None)
@@ -552,7 +588,8 @@ class TableRow:
 # from several fields (`notes`).
 MARKDOWN = (
     *("solution", "shape", "status", "median_us", "iqr_pct", "n", "ref_median_us", "speedup"),
-    *("per_call_speedup", "vs_compile", "gbps", "ceiling_pct", "when", "notes"),
+    *("per_call_speedup", "vs_compile", "gbps", "ceiling_pct", "sol_pct", "sol_score"),
+    *("when", "notes"),
 )
 _HEADERS = {f.name: f.metadata["header"] for f in fields(TableRow)} | {"notes": "notes"}
 COLUMNS = {name: _HEADERS[name] for name in MARKDOWN}  # column: heading in the markdown table

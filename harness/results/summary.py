@@ -44,7 +44,7 @@ from tabulate import tabulate
 from harness import codec, verdicts
 from harness.record import LOG_NAME, BenchRow, Machine, RunRecord
 from harness.record import read as read_records
-from harness.results import report
+from harness.results import baselines, report
 from harness.stats import geomean
 
 SUMMARY_NAME = "summary.md"
@@ -69,10 +69,25 @@ def compile_score(record: RunRecord) -> float | None:
     """Geomean of the speedups over torch.compile; None unless every shape has one."""
     if record.status != verdicts.OK or not record.benchmarks:
         return None
-    speedups = [report.bench_vs_compile(b) for b in record.benchmarks]
+    speedups = [baselines.bench_vs_compile(b) for b in record.benchmarks]
     if not all(speedups):
         return None
     return geomean([s.value for s in speedups if s])
+
+
+def sol_means(record: RunRecord) -> tuple[float | None, float | None]:
+    """Geomeans over the shapes of the share of T_SOL reached and of the SOL score against
+    eager (harness.results.report.sol_reached); each None unless ok and every shape has it."""
+    if record.status != verdicts.OK or not record.benchmarks:
+        return None, None
+    reached = [report.sol_reached(bench, record.ceiling) for bench in record.benchmarks]
+    shares = [pair[0] for pair in reached if pair]
+    scores = [pair[1] for pair in reached if pair and pair[1] is not None and pair[1] > 0]
+    whole = len(record.benchmarks)
+    return (
+        geomean(shares) if len(shares) == whole else None,
+        geomean(scores) if len(scores) == whole else None,
+    )
 
 
 def ran_on_cpu_beside_gpu(record: RunRecord) -> bool:
@@ -91,6 +106,8 @@ class SummaryRow:
     shapes: int
     score: float | None  # geomean of its speedups (`score`)
     vs_compile: float | None  # ... over torch.compile (`compile_score`)
+    sol_share: float | None  # geomean of the shares of T_SOL reached (`sol_means`) ...
+    sol_score: float | None  # ... and of the SOL scores against eager
     cpu: bool  # a CPU-run solution on a GPU machine: never a problem's best
 
 
@@ -109,6 +126,7 @@ def summary_rows(all_records: list[RunRecord]) -> list[SummaryRow]:
                 shapes=len(record.benchmarks),
                 score=score(record),
                 vs_compile=compile_score(record),
+                **dict(zip(("sol_share", "sol_score"), sol_means(record), strict=True)),
                 cpu=ran_on_cpu_beside_gpu(record),
             )
         )
@@ -262,34 +280,53 @@ def _solutions_table(rows: list[SummaryRow], best: dict[str, SummaryRow | None])
             str(row.shapes),
             _times(row.score),
             _times(row.vs_compile),
+            _percent(row.sol_share),
+            _plain(row.sol_score),
             "yes" if best.get(row.problem) is row else "",
         ]
         for row in rows
     ]
-    headers = ["problem", "solution", "status", "shapes", "score", "vs compile", "best"]
+    headers = ["problem", "solution", "status", "shapes", "score", "vs compile"]
+    headers += ["of SOL", "SOL score", "best"]
     return tabulate(lines, headers=headers, tablefmt="github", disable_numparse=True)
 
 
 def _best_table(rows: list[SummaryRow], best: dict[str, SummaryRow | None]) -> str:
     cpu_only = {row.problem for row in rows if row.cpu and row.status == verdicts.OK}
-    lines = [
-        [problem, row.solution, _times(row.score), _times(row.vs_compile)]
-        if row
-        else [problem, "(only CPU runs ok)" if problem in cpu_only else "(none ok)", "", ""]
-        for problem, row in best.items()
-    ]
-    headers = ["problem", "best solution", "score", "vs compile"]
+    lines = [_best_line(problem, row, problem in cpu_only) for problem, row in best.items()]
+    headers = ["problem", "best solution", "score", "vs compile", "of SOL", "SOL score"]
     return tabulate(lines, headers=headers, tablefmt="github", disable_numparse=True)
+
+
+def _best_line(problem: str, row: SummaryRow | None, cpu_only: bool) -> list[str]:
+    if row is None:
+        return [problem, "(only CPU runs ok)" if cpu_only else "(none ok)", "", "", "", ""]
+    scores = [_times(row.score), _times(row.vs_compile), _percent(row.sol_share)]
+    return [problem, row.solution, *scores, _plain(row.sol_score)]
 
 
 def _overall(best: dict[str, SummaryRow | None]) -> str:
     scores = [row.score for row in best.values() if row is not None and row.score is not None]
     lines = [[f"fast_{p:g}", _share(fast_p(best, p), len(best))] for p in FAST_P]
     table = tabulate(lines, headers=["metric", "value"], tablefmt="github", disable_numparse=True)
+    bests = [row for row in best.values() if row is not None]
+    shares = [row.sol_share for row in bests if row.sol_share is not None]
+    sol_scores = [row.sol_score for row in bests if row.sol_score is not None]
     return (
         f"Geometric mean of the best scores: {_times(geomean(scores)) or 'none'} "
-        f"(over {len(scores)} of {len(best)} problem(s) with a best solution).\n\n{table}"
+        f"(over {len(scores)} of {len(best)} problem(s) with a best solution); of the bests' "
+        f"shares of the speed of light: {_percent(geomean(shares)) or 'none'}, and of their SOL "
+        f"scores: {_plain(geomean(sol_scores)) or 'none'} (over {len(shares)} and "
+        f"{len(sol_scores)} with a bound).\n\n{table}"
     )
+
+
+def _percent(value: float | None) -> str:
+    return "" if value is None or math.isnan(value) else f"{100 * value:.0f}%"
+
+
+def _plain(value: float | None) -> str:
+    return "" if value is None or math.isnan(value) else f"{value:.2f}"
 
 
 def _share(fraction: float, total: int) -> str:
