@@ -174,3 +174,25 @@ def test_a_sweep_run_with_check_only_says_none_timed_not_none_correct() -> None:
     assert "fast_" not in text and "geomean" not in text  # no 0% beside 'ok'
     text = sweep_summary([record("a", "w", status="incorrect", run_id="r")], "r", seconds=10.0)
     assert "best per problem: none correct" in text
+
+
+def test_a_stopped_sweep_says_what_it_judged_and_how_soon(tmp_path: Path, capsys) -> None:
+    from types import SimpleNamespace
+
+    from harness import record as run_log
+    from harness.run.driving import stopped_sweep
+
+    mine, other = "20261206-010000-cccccc", "20261205-010000-aaaaaa"
+    for each in (
+        record("a", "fast", [bench(10.0, 30.0)], run_id=mine),
+        record("b", "x", run_id=other),
+    ):
+        run_log.append(tmp_path, each)
+    session = SimpleNamespace(recording=True, folder=tmp_path, run_id=mine)
+    stopped_sweep(session, 36.0, "  first judgement at 3 s")  # type: ignore[arg-type]
+    out = capsys.readouterr().out
+    assert out.startswith("stopped: ") and "1 solution(s) of 1 problem(s): 1 ok" in out
+    assert "this run: 1 solution(s) judged in 36 s wall" in out
+    assert out.rstrip().endswith("first judgement at 3 s")
+    stopped_sweep(SimpleNamespace(recording=False), 1.0, None)  # type: ignore[arg-type]
+    assert capsys.readouterr().out == ""

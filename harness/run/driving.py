@@ -152,13 +152,29 @@ def run_work(
     pool = pool or local.LocalPool([session.settings.device], local.build_jobs(None))
     report = SweepReport(len(pool.slots)) if sweep else Report.serial(session.progress)
     started = time.monotonic()
+    scheduler = Scheduler(session, pool, report, again, in_order=not sweep, count_refused=sweep)
     try:
-        scheduler = Scheduler(session, pool, report, again, in_order=not sweep, count_refused=sweep)
         outcome = scheduler.run(work)
+    except KeyboardInterrupt:  # a sweep stopped midway still says how far it got, how fast
+        if sweep:
+            stopped_sweep(session, time.monotonic() - started, scheduler.wait.line())
+        raise
     finally:
         pool.close()
     sweep_s = time.monotonic() - started if sweep else None
     return finish(session, outcome, sweep_s, unsolved or [], scheduler.wait.line())
+
+
+def stopped_sweep(session: Session, seconds: float, first_wait: str | None) -> None:
+    """The summary of a sweep interrupted after `seconds`, from what it recorded (nothing
+    where it records nothing), and how soon its first judgement began."""
+    from harness import record
+
+    if session.recording and (session.folder / record.LOG_NAME).exists():
+        mine = [r for r in record.read(session.folder) if r.run_id == session.run_id]
+        print(f"stopped: {sweep_summary(mine, session.run_id, seconds)}", flush=True)
+    if first_wait:
+        print(first_wait, flush=True)
 
 
 def finish(
