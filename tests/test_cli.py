@@ -268,3 +268,31 @@ def test_a_results_dir_the_run_creates_is_named_with_the_first_folder_that_was_m
     assert said in out and f"note: created --log-dir {tmp_path / 'logs'} (it did not" in out
     assert run.main(args) == run.EXIT_OK  # there now: nothing to say
     assert "note: created" not in capsys.readouterr().out
+
+
+def test_tables_made_by_an_older_harness_are_named_in_one_line(tmp_path: Path) -> None:
+    from harness.run import machine
+
+    def git(*words: str) -> str:
+        done = subprocess.run(["git", "-C", str(tmp_path), *words], capture_output=True, text=True)
+        return done.stdout.strip()
+
+    git("init", "-q")
+    git("config", "user.email", "t@example.com")
+    git("config", "user.name", "t")
+    (tmp_path / "harness").mkdir()
+    (tmp_path / "harness" / "a.py").write_text("A = 1\n")
+    git("add", "-A")
+    git("commit", "-qm", "one")
+    old = git("rev-parse", "HEAD")
+    (tmp_path / "harness" / "a.py").write_text("A = 2\n")
+    git("commit", "-qam", "two")
+    new = git("rev-parse", "--short=12", "HEAD")
+    (tmp_path / "README.md").write_text("docs only\n")
+    git("add", "-A")
+    git("commit", "-qm", "three")
+    docs_only = git("rev-parse", "HEAD")
+    last, older = machine.older_commits({old, f"{new}-dirty", docs_only, "unknown"}, tmp_path)
+    assert last == git("log", "-1", "--format=%h", "--", "harness")
+    assert older == sorted([old, "unknown"])  # made before the last change, or not known here
+    assert machine.older_commits({docs_only}, tmp_path) is None

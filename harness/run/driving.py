@@ -205,6 +205,7 @@ def finish(
     if recorded:  # only a run that recorded something rewrites the summary
         written = summary.render_summary(session.folder)
         print(f"summary across problems: {written}")
+        warn_if_older(session.folder, str(session.folder))
     if sweep_s is not None:
         print(sweep_summary(records, session.run_id, sweep_s, outcome, unsolved))
         if first_wait:
@@ -398,6 +399,30 @@ def render_folder(where: Chosen) -> None:
     print(f"rendering {where.shown} ({where.why})", flush=True)
     written = summary.render_folder(folder)
     print(f"rendered {where.shown}: {_names(written)}")
+    warn_if_older(folder, where.shown)
+
+
+def warn_if_older(folder: Path, shown: str) -> None:
+    """One line where the rows the folder's tables show were made by a harness older than the
+    checkout's (harness.run.machine.older_commits): their numbers may not be today's."""
+    from harness import record
+    from harness.results import summary
+    from harness.run import machine
+
+    latest = summary.latest_records(record.read(folder))
+    commits = {r.machine.commit or "unknown" for r in latest}
+    found = machine.older_commits(commits, REPO)
+    if found:
+        last, older = found
+        rows = sum(1 for r in latest if (r.machine.commit or "unknown") in older)
+        named = ", ".join(c[:12] + ("-dirty" if c.endswith("-dirty") else "") for c in older[:3])
+        more = f" and {len(older) - 3} more" if len(older) > 3 else ""
+        print(
+            f"warning: {rows} of the {len(latest)} solutions' latest rows in {shown} were made "
+            f"at {named}{more}, older than this checkout's last change to harness/, "
+            f"solutions/ or problems/ ({last}): run them again to refresh them",
+            file=sys.stderr,
+        )
 
 
 def forget_solution(where: Chosen, problem_arg: str, solution: str) -> None:
