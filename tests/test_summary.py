@@ -54,6 +54,8 @@ def test_sol_means_are_geomeans_over_shapes_and_shown_beside_fast_p() -> None:
     assert share == pytest.approx(math.sqrt(0.5 * 0.125), rel=0.02)  # shares 50% and 12.5%
     assert score == pytest.approx(math.sqrt((1 / (1 + 10 / 30)) * (1 / (1 + 70 / 30))), rel=0.02)
     assert summary.sol_means(run) == (None, None)  # no ceiling recorded: no bound
+    on_cpu = dataclasses.replace(run, ceiling=ceiling, device="cpu")
+    assert summary.sol_means(on_cpu) == (None, None)  # a C++ solution timed on the CPU
     text = summary.summary_markdown([dataclasses.replace(run, ceiling=ceiling)])
     assert ["p", "a", "ok", "2", "1.00x", "", "25%", "0.47", "yes"] in cells(text)
     assert "shares of the speed of light: 25%, and of their SOL scores: 0.47" in text
