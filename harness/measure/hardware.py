@@ -136,13 +136,16 @@ class _Counting(TorchDispatchMode):
         kwargs = kwargs or {}
         out = func(*args, **kwargs)
         packet = func._overloadpacket
-        formula, kind = flop_registry.get(packet), _class(args, tf32=_tf32(str(packet)))
+        formula = flop_registry.get(packet)
+        if formula is None:  # most operations: no arithmetic counted, unless it is opaque
+            if opaque(str(packet)):
+                self.unseen.add(str(packet))
+            return out
+        kind = _class(args, tf32=_tf32(str(packet)))
         try:
-            if formula is not None and kind is not None:
+            if kind is not None:
                 count = int(formula(*args, **kwargs, out_val=out))
                 self.flops[kind] = self.flops.get(kind, 0) + count
-            elif formula is None and opaque(str(packet)):
-                self.unseen.add(str(packet))
         except Exception:  # a formula that cannot read these arguments: its work is unseen
             self.unseen.add(str(packet))
         return out

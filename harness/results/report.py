@@ -171,8 +171,11 @@ def sol_reached(bench: BenchRow, ceiling: Ceiling | None) -> tuple[float, float 
     """The share of T_SOL the solution reaches (T_SOL over its time) and its SOL score against
     eager PyTorch (stats.sol_score), or None where the row has no bound."""
     sol, _ = sol_us(bench, ceiling)
-    if sol is None:
-        return None
+    return None if sol is None else _reached(bench, sol)
+
+
+def _reached(bench: BenchRow, sol: float) -> tuple[float, float | None]:
+    """`sol_reached` for a row whose T_SOL is `sol`."""
     center = _center(bench)
     median_us = center(bench.solution)
     return sol / median_us, stats.sol_score(median_us, center(bench.reference), sol)
@@ -182,10 +185,9 @@ def _sol_columns(bench: BenchRow, ceiling: Ceiling | None) -> dict[str, Any]:
     """T_SOL, the share of it the solution reaches and its SOL scores against eager and the
     torch.compile'd reference, where the row has a bound."""
     sol, partial = sol_us(bench, ceiling)
-    reached = sol_reached(bench, ceiling)
-    if sol is None or reached is None:
+    if sol is None:
         return {}
-    share, score = reached
+    share, score = _reached(bench, sol)
     compiled = bench.compile if baselines.bench_vs_compile(bench) else None
     median_us = _center(bench)(bench.solution)
     versus = stats.sol_score(median_us, compiled.median_us, sol) if compiled else None

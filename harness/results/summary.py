@@ -117,6 +117,7 @@ def summary_rows(all_records: list[RunRecord]) -> list[SummaryRow]:
     rows = []
     for record in latest:
         same_stem = [r for r in latest if _stem_key(r) == _stem_key(record)]
+        sol_share, sol_score = sol_means(record)
         rows.append(
             SummaryRow(
                 problem=record.problem,
@@ -126,7 +127,8 @@ def summary_rows(all_records: list[RunRecord]) -> list[SummaryRow]:
                 shapes=len(record.benchmarks),
                 score=score(record),
                 vs_compile=compile_score(record),
-                **dict(zip(("sol_share", "sol_score"), sol_means(record), strict=True)),
+                sol_share=sol_share,
+                sol_score=sol_score,
                 cpu=ran_on_cpu_beside_gpu(record),
             )
         )
