@@ -500,19 +500,22 @@ def render_problems(folder: Path, problems: list[str]) -> list[Path]:
         return [path for problem in problems for path in _problem(folder, problem, records)]
 
 
-def render_summary(folder: Path) -> Path:
-    """The summary across the folder's problems; returns its path."""
+def render_summary(folder: Path) -> tuple[Path, list[RunRecord]]:
+    """The summary across the folder's problems; returns its path, and the records it was
+    made from (the run log read once)."""
     with codec.locked(folder):
-        return write_summary(folder, read_records(folder))
+        records = read_records(folder)
+        return write_summary(folder, records), records
 
 
-def render_folder(folder: Path) -> list[Path]:
-    """Every problem recorded in `folder`, then its summary; returns the files written."""
+def render_folder(folder: Path) -> tuple[list[Path], list[RunRecord]]:
+    """Every problem recorded in `folder`, then its summary; returns the files written, and
+    the records they were made from (the run log read once)."""
     with codec.locked(folder):
         records = read_records(folder)
         problems = sorted({r.problem for r in records})
         written = [path for problem in problems for path in _problem(folder, problem, records)]
-        return [*written, write_summary(folder, records)]
+        return [*written, write_summary(folder, records)], records
 
 
 def _problem(folder: Path, problem: str, records: list[RunRecord]) -> list[Path]:

@@ -203,9 +203,9 @@ def finish(
         if not all(passed(r) for r in done) and code == EXIT_OK:
             code = EXIT_FAILED
     if recorded:  # only a run that recorded something rewrites the summary
-        written = summary.render_summary(session.folder)
+        written, records_there = summary.render_summary(session.folder)
         print(f"summary across problems: {written}")
-        warn_if_older(session.folder, str(session.folder))
+        warn_if_older(records_there, str(session.folder))
     if sweep_s is not None:
         print(sweep_summary(records, session.run_id, sweep_s, outcome, unsolved))
         if first_wait:
@@ -397,19 +397,19 @@ def render_folder(where: Chosen) -> None:
             f"--render: no recorded runs in {where.shown} ({where.why}); {_others(folder)}"
         )
     print(f"rendering {where.shown} ({where.why})", flush=True)
-    written = summary.render_folder(folder)
+    written, records = summary.render_folder(folder)
     print(f"rendered {where.shown}: {_names(written)}")
-    warn_if_older(folder, where.shown)
+    warn_if_older(records, where.shown)
 
 
-def warn_if_older(folder: Path, shown: str) -> None:
-    """One line where the rows the folder's tables show were made by a harness older than the
-    checkout's (harness.run.machine.older_commits): their numbers may not be today's."""
-    from harness import record
+def warn_if_older(records: list[RunRecord], shown: str) -> None:
+    """One line where the rows that a folder's tables show (of `records`, its run log) were
+    made by a harness older than the checkout's (harness.run.machine.older_commits): their
+    numbers may not be today's. `shown`: the folder as the user named it."""
     from harness.results import summary
     from harness.run import machine
 
-    latest = summary.latest_records(record.read(folder))
+    latest = summary.latest_records(records)
     commits = {r.machine.commit or "unknown" for r in latest}
     found = machine.older_commits(commits, REPO)
     if found:
@@ -455,7 +455,7 @@ def forget_solution(where: Chosen, problem_arg: str, solution: str) -> None:
     try:
         record.forget(folder, problem, solution)
         before = _tables(folder, problem)
-        written = [*summary.render_problem(folder, problem), summary.render_summary(folder)]
+        written = [*summary.render_problem(folder, problem), summary.render_summary(folder)[0]]
     except OSError as err:
         raise UserError(
             f"--forget: cannot write {where.shown} ({err.strerror or err}); fix its permissions"
