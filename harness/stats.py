@@ -143,6 +143,16 @@ def geomean(values: Sequence[float]) -> float:
     return math.exp(sum(math.log(v) for v in values) / len(values))
 
 
+def sol_sides_us(
+    moved: int, flops: int | None, copy_gbps: float | None, peak_tflops: float | None
+) -> tuple[float | None, float | None]:
+    """The speed of light's two sides in microseconds: `moved` bytes at the copy bandwidth and
+    `flops` at the peak; each None where its count or rate is missing. T_SOL is the larger."""
+    memory = moved / (copy_gbps * 1e3) if copy_gbps else None
+    compute = flops / (peak_tflops * 1e6) if flops and peak_tflops else None
+    return memory, compute
+
+
 def sol_score(time_us: float, baseline_us: float, sol_us: float) -> float | None:
     """SOL-ExecBench's score of a time against the speed of light: 1 / (1 + (T - T_SOL) /
     (T_baseline - T_SOL)), 0 as T grows without end, 0.5 at the baseline's time, 1 at the bound

@@ -23,6 +23,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from harness.loading import Case, Problem, load_problem, make_init_inputs, make_inputs
 from harness.measure import hardware
+from harness.stats import sol_sides_us
 
 FIELDS = (
     "problem",
@@ -73,9 +74,8 @@ def one(
     finally:
         if device.type == "cuda":
             torch.cuda.empty_cache()
-    memory_us = work.bytes / (copy * 1e3) if copy else None
     peak = work.bound.peak_tflops
-    compute_us = work.flops / (peak * 1e6) if work.flops and peak else None
+    memory_us, compute_us = sol_sides_us(work.bytes, work.flops, copy, peak)
     sol_us = max(memory_us or 0.0, compute_us or 0.0) or None
     line |= {"bytes": work.bytes, "flops": work.flops, "flop_class": work.bound.flop_class}
     line |= {"peak_tflops": peak, "memory_us": memory_us, "compute_us": compute_us}

@@ -158,13 +158,13 @@ def sol_us(bench: BenchRow, ceiling: Ceiling | None) -> tuple[float | None, str 
     work where it does. (None, None) off a GPU or without a ceiling or bytes."""
     if ceiling is None or not bench.bytes:
         return None, None
-    memory_us = bench.bytes / (ceiling.copy_gbps * 1e3)
     bound = bench.bound
+    peak = bound.peak_tflops if bound else None
+    memory_us, compute_us = stats.sol_sides_us(bench.bytes, bench.flops, ceiling.copy_gbps, peak)
+    sol = max(memory_us or 0.0, compute_us or 0.0)
     if bound is None:  # a record made before FLOPs were counted
-        return memory_us, "FLOPs not counted when this row was measured"
-    peak = bound.peak_tflops
-    compute_us = bench.flops / (peak * 1e6) if bench.flops and peak else 0.0
-    return max(memory_us, compute_us), bound.partial
+        return sol, "FLOPs not counted when this row was measured"
+    return sol, bound.partial
 
 
 def sol_reached(bench: BenchRow, ceiling: Ceiling | None) -> tuple[float, float | None] | None:
