@@ -109,6 +109,14 @@ ray_site() {  # Ray's wheel is over the device tool's carry: RAY_TRIM (default .
   export PYTHONPATH=$site${PYTHONPATH:+:$PYTHONPATH}
 }
 
+ray_rate() {  # issue 44: builds an hour on 1, 2, 3 local Ray nodes over the LLM-shaped suite
+  # of RATE_COUNT problems (default 6, seed 3: 5 CUDA builds), in the time the part has left
+  ray_site
+  $python scripts/make_suite.py "$state/rate-suite" --style llm --count "${RATE_COUNT:-6}" \
+    --seed 3 >/dev/null
+  step ray-rate $((budget - SECONDS - 10)) $python scripts/ray_build_rate.py "$state/rate-suite"
+}
+
 kb_prelude() {  # kernelbench-all and -finish: KernelBench's wheels, then once a machine the
   # comparison's memory on a 5.4e9-element output
   if [ -n "${KB_WHEELS:-}" ] && [ ! -d "$state/kb-site" ]; then
@@ -443,10 +451,7 @@ elif [ "$part" = ray-rate ]; then
   # Issue 44: builds an hour on a local Ray cluster of 1, 2 and 3 one-CPU nodes, all on this
   # 16-core host (scripts/ray_build_rate.py; the trimmed Ray as for ray-sweep), over the
   # LLM-shaped suite of RATE_COUNT problems (default 6, seed 3: 5 CUDA builds).
-  ray_site
-  $python scripts/make_suite.py "$state/rate-suite" --style llm --count "${RATE_COUNT:-6}" \
-    --seed 3 >/dev/null
-  step ray-rate $((budget - SECONDS - 10)) $python scripts/ray_build_rate.py "$state/rate-suite"
+  ray_rate
 elif [ "$part" = sol ]; then
   # Issue 47: the speed-of-light columns on the GPU. matmul's and sum_reduce's fast_cuda built
   # at once, then each judged alone (their tables' SOL columns); then every benchmark's bound
@@ -465,10 +470,7 @@ elif [ "$part" = sol ]; then
   step sol-bounds 200 $python scripts/sol_bounds.py problems ${KB_PROBLEMS:-} \
     --csv "$state/sol-bounds.csv"
   if [ "${RATE:-}" = 1 ]; then
-    ray_site
-    $python scripts/make_suite.py "$state/rate-suite" --style llm --count "${RATE_COUNT:-6}" \
-      --seed 3 >/dev/null
-    step ray-rate $((budget - SECONDS - 10)) $python scripts/ray_build_rate.py "$state/rate-suite"
+    ray_rate
   fi
 else  # sanitize
   for solution in multilabel_margin/fast_cuda multilabel_margin/warp_cuda smooth_l1/fast_cuda; do
