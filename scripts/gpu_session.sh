@@ -5,6 +5,8 @@
 #                                                          (and $RUN_FLAGS, such as --ncu)
 #   GIT_COMMIT=<sha> bash scripts/gpu_session.sh validate  a second run, validate_timing.py,
 #                                                          run.py --compare, a --graph run
+#                                                          (GRAPH=0: none; RESTORE=<run's
+#                                                          results.tar.gz> on a fresh machine)
 #   GIT_COMMIT=<sha> bash scripts/gpu_session.sh checks    every GPU test (scripts/gpu_tests.sh)
 #   GIT_COMMIT=<sha> bash scripts/gpu_session.sh sanitize  memcheck on the fast kernels' cases
 #   [SUITE_FLAGS="--style llm --samples 3"] bash scripts/gpu_session.sh throughput
@@ -44,8 +46,9 @@
 #   bash scripts/gpu_session.sh ray-sweep   issue 44: a trimmed Ray (scripts/trim_ray.sh .raytrim,
 #                     carried) started here, and the LLM-shaped suite swept on it (see the part)
 #   bash scripts/gpu_session.sh ray-rate    issue 44: builds an hour on 1, 2, 3 local Ray nodes
-#   [KB_PROBLEMS="dirs"] [RATE=1] bash scripts/gpu_session.sh sol   issue 47: the SOL columns
-#                     of matmul and sum_reduce, every problem's bound (and RATE=1: ray-rate)
+#   KB_ROOT=<problems/ and solutions/ by level> [RATE=1] bash scripts/gpu_session.sh sol
+#                     issue 47: a sample of KernelBench's levels 1 and 2 swept (the SOL
+#                     columns), then every problem's bound (and RATE=1: ray-rate)
 #   KB_SRC=<KernelBench checkout> KB_PROBLEMS=<its level1 files> bash scripts/gpu_session.sh \
 #       kernelbench   the side-by-side with KernelBench's own evaluator (docs/kernelbench.md, "Judged as
 #                     KernelBench judges"): builds first, KernelBench's evaluator, then the
@@ -91,6 +94,11 @@ fi
 # Results live in $STATE (default /tmp/gpu-state) so that later parts, run on the same warm
 # machine, see what earlier parts recorded; every part copies them to $OUT.
 state=${STATE:-/tmp/gpu-state}
+# RESTORE=<an earlier part's results.tar.gz>: its state, where a fresh machine has none (a
+# validate part whose run part ran on a machine since given back; builds are made again)
+if [ -n "${RESTORE:-}" ] && ! [ -d "$state" ]; then
+  mkdir -p "$state" && tar xzf "$RESTORE" -C "$state" && echo "state restored from $RESTORE"
+fi
 [ -d "$state/results" ] || { mkdir -p "$state" && cp -r results "$state/results"; }
 gpu=$($python -c 'import torch, re; print(re.sub("[^a-z0-9]+", "-", torch.cuda.get_device_name().lower()).strip("-"))')
 first=$state/results/$gpu second=$state/second/$gpu
@@ -143,7 +151,7 @@ elif [ "$part" = validate ]; then
   step validate 150 $python scripts/validate_timing.py --results "$state/results" \
     --runs "$first" "$second" --json "$out/validation.json"
   step compare 30 $python run.py --compare "$first" "$second"
-  step graph 150 $python run.py --all --graph --results-dir "$state/graph"
+  [ "${GRAPH:-1}" = 0 ] || step graph 150 $python run.py --all --graph --results-dir "$state/graph"
 elif [ "$part" = checks ]; then
   # Every GPU test (scripts/gpu_tests.sh: builds first, then the tests in parallel, then the
   # ones that must run alone).
@@ -453,22 +461,38 @@ elif [ "$part" = ray-rate ]; then
   # LLM-shaped suite of RATE_COUNT problems (default 6, seed 3: 5 CUDA builds).
   ray_rate
 elif [ "$part" = sol ]; then
-  # Issue 47: the speed-of-light columns on the GPU. matmul's and sum_reduce's fast_cuda built
-  # at once, then each judged alone (their tables' SOL columns); then every benchmark's bound
-  # of the shipped problems and of KB_PROBLEMS (folders of KernelBench reference files) by
-  # scripts/sol_bounds.py; then, with RATE=1, ray-rate in the time left.
-  for problem in matmul sum_reduce; do
-    $python run.py --problem $problem --solution "solutions/$problem/fast_cuda.py" --build-only \
-      >>"$out/sol-builds.txt" 2>&1 &
+  # Issue 47: the speed-of-light columns on KernelBench's files. Every SOL_STEP-th problem
+  # (default 7) of each level of KB_LEVELS (default "1 2") under KB_ROOT (problems/level<L>/,
+  # solutions/level<L>/) built first, both levels at once (no timing beside a build), then each
+  # level swept (--budget-ms 200) in its share of SWEEP_S (default 240); a sweep its limit
+  # stops keeps what it judged. Then every benchmark's bound of the shipped problems and of
+  # those levels' problems (scripts/sol_bounds.py, line by line) in the time left; with RATE=1,
+  # ray-rate after it.
+  root=${KB_ROOT:?sol needs KB_ROOT} levels=${KB_LEVELS:-1 2} sweep_s=${SWEEP_S:-240}
+  read -ra level_list <<<"$levels"
+  for level in "${level_list[@]}"; do
+    subset=$state/sol-subset/level$level
+    mkdir -p "$subset/problems/level$level" "$subset/solutions/level$level"
+    for n in $(seq 1 "${SOL_STEP:-7}" 100); do
+      for file in "$root"/problems/level"$level"/"${n}"_*.py \
+        "$root/solutions/level$level/level_${level}_problem_${n}_sample_0_kernel.py"; do
+        [ -f "$file" ] && ln -sf "$PWD/$file" "$subset/${file#"$root"/}"
+      done
+    done
+    $python run.py --problems "$subset/problems/level$level" \
+      --solutions "$subset/solutions/level$level" --build-only --build-jobs 8 \
+      >"$out/sol-build-$level.txt" 2>&1 &
   done
-  wait
-  for problem in matmul sum_reduce; do
-    step "sol-$problem" 120 $python run.py --problem $problem \
-      --solution "solutions/$problem/fast_cuda.py" --results-dir "$state/sol"
+  wait && echo "sol builds done at $SECONDS s" | tee -a "$out/summary.txt"
+  for level in "${level_list[@]}"; do
+    subset=$state/sol-subset/level$level
+    step "sol-sweep-$level" $((sweep_s / ${#level_list[@]})) $python run.py \
+      --problems "$subset/problems/level$level" --solutions "$subset/solutions/level$level" \
+      --budget-ms 200 --results-dir "$state/sol-kb"
   done
-  # shellcheck disable=SC2086  # KB_PROBLEMS: folders, one word each
-  step sol-bounds 200 $python scripts/sol_bounds.py problems ${KB_PROBLEMS:-} \
-    --csv "$state/sol-bounds.csv"
+  kb_dirs=() && for level in "${level_list[@]}"; do kb_dirs+=("$root/problems/level$level"); done
+  step sol-bounds $((budget - SECONDS - (${RATE:-0} == 1 ? 150 : 10))) $python \
+    scripts/sol_bounds.py problems "${kb_dirs[@]}" --csv "$out/sol-bounds.csv"
   if [ "${RATE:-}" = 1 ]; then
     ray_rate
   fi

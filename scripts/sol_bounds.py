@@ -92,16 +92,16 @@ def main() -> int:
     copy_gbps = hardware.measure_copy(device).copy_gbps if device.type == "cuda" else None
     print(f"copy bandwidth: {copy_gbps and round(copy_gbps)} GB/s on {device}", flush=True)
     lines = []
-    for path in reference_files(args.paths):
-        for line in bounds(path, device, copy_gbps):
-            lines.append(line)
-            shown = {k: v for k, v in line.items() if v is not None and k != "problem"}
-            print(f"{line['problem']}: {shown}", flush=True)
-    if args.csv:
-        with open(args.csv, "w", newline="", encoding="utf-8") as handle:
-            writer = csv.DictWriter(handle, fieldnames=FIELDS)
-            writer.writeheader()
-            writer.writerows(lines)
+    with open(args.csv or "/dev/null", "w", newline="", encoding="utf-8") as handle:
+        writer = csv.DictWriter(handle, fieldnames=FIELDS)  # line by line: a stopped run keeps them
+        writer.writeheader()
+        for path in reference_files(args.paths):
+            for line in bounds(path, device, copy_gbps):
+                lines.append(line)
+                writer.writerow(line)
+                handle.flush()
+                shown = {k: v for k, v in line.items() if v is not None and k != "problem"}
+                print(f"{line['problem']}: {shown}", flush=True)
     counted = sum(1 for line in lines if line.get("sol_us"))
     partial = sum(1 for line in lines if line.get("partial"))
     failed = sum(1 for line in lines if line.get("error"))
