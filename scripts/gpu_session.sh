@@ -479,7 +479,7 @@ elif [ "$part" = sol ]; then
         [ -f "$file" ] && ln -sf "$PWD/$file" "$subset/${file#"$root"/}"
       done
     done
-    $python run.py --problems "$subset/problems/level$level" \
+    timeout "${BUILD_S:-200}" $python run.py --problems "$subset/problems/level$level" \
       --solutions "$subset/solutions/level$level" --build-only --build-jobs 8 \
       >"$out/sol-build-$level.txt" 2>&1 &
   done
