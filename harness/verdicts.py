@@ -110,6 +110,7 @@ class FlagName(Name):
     COMPILE_MISMATCH = "compile_mismatch"
     BELOW_SOL = "below_sol"
     SOL_PARTIAL = "sol_partial"
+    SOL_UNSCORED = "sol_unscored"
 
 
 REJECTIONS: dict[str, Rule] = {
@@ -237,6 +238,11 @@ FLAGS: dict[str, Rule] = {
         "the speed-of-light bound misses work the FLOP counter cannot see (a custom or "
         "recurrent op), or the GPU's peak for the precision is unknown",
         "measure/hardware.py",
+    ),
+    FlagName.SOL_UNSCORED: Rule(
+        "no SOL score: the baseline (eager PyTorch) is not slower than the speed of light, so "
+        "the score's scale has no length; the share of the bound still stands",
+        "results/report.py",
     ),
 }
 

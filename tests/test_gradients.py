@@ -191,6 +191,9 @@ def test_backward_and_forward_backward_are_rows_of_their_own_with_who_wrote_the_
     autograd_note = "backward: PyTorch autograd through the solution's forward"
     assert [autograd_note in (r.note or "") for r in by_autograd] == [False, True, True]
     assert not any(r.note for r in by_own)
+    forward, backward, both = by_autograd  # each pass has its own speed-of-light work
+    assert forward.flops and backward.flops and both.flops == forward.flops + backward.flops
+    assert forward.bytes and backward.bytes and both.bytes > backward.bytes
 
 
 def test_a_backward_that_keeps_its_first_answer_is_caught_on_fresh_upstream_gradients() -> None:

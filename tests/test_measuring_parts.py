@@ -14,7 +14,7 @@ import torch
 
 from harness import record, stats
 from harness.loading import load_problem
-from harness.measure import benchmarking, hardware
+from harness.measure import benchmarking, gradients, hardware
 from harness.record import BenchRow, Ceiling, CompiledRow, GpuState, Machine, Measurement
 from harness.results import baselines, report
 from harness.results.baselines import Baseline
@@ -64,6 +64,24 @@ def test_a_matmul_counts_2mnk_flops_and_its_weights_among_the_bytes() -> None:
         toy, Linear(k, n).to(torch.bfloat16), [torch.randn(m, k).bfloat16()], CPU
     )
     assert half.bound.flop_class == "bf16" and half.bytes == work.bytes // 2
+
+
+def test_a_backward_pass_counts_its_own_flops_and_moves_gradients() -> None:
+    toy = load_problem("toy", REPO / "tests" / "fixtures" / "toy" / "reference.py")
+    m, n, k = 64, 48, 32
+    model, x = Linear(k, n), torch.randn(m, k)
+    forward = hardware.work(toy, model, [x], CPU)
+    step = gradients.Pass(gradients.BACKWARD, forward[0], ["layer.weight"])
+    args = step.extend([x], seed=1)
+    graph = gradients.Backward(model, step.count, step.params, [args])
+    grads, counter = hardware.counted(lambda: graph(*args))
+    moved = (args[: step.count], grads)
+    back = hardware.pass_work(toy, forward, counter, moved, False, CPU)
+    both = hardware.pass_work(toy, forward, counter, moved, True, CPU)
+    assert back.flops == 4 * m * n * k  # the input's gradient and the weight's: 2MNK each
+    assert back.bytes == 4 * (m * n + m * k + n * k)  # the upstream gradient read, two written
+    assert both.flops == 6 * m * n * k and both.bound.flop_class == "fp32"
+    assert both.bytes == back.bytes + 4 * (m * k + n * k)  # the forward's input and weight, read
 
 
 def test_an_elementwise_problem_has_no_flops_and_an_rnn_a_partial_bound() -> None:
@@ -276,7 +294,13 @@ def test_a_row_has_its_speed_of_light_share_and_scores_and_flags_a_time_below_it
     row = report.table_rows([replace(run, benchmarks=(too_fast,))])[0]
     assert row.sol_us == pytest.approx(1000.0) and row.sol_pct == pytest.approx(200.0, rel=0.02)
     assert "BELOW the speed of light" in row.flags and "SOL bound partial" in row.flags
+    assert "no SOL score" not in row.flags  # eager, at 89,552 us, is far slower than 1,000
     assert report.table_rows([make.record("p", "q", [make.bench(2.0, 4.0)])])[0].sol_us is None
+    # eager at the bytes' bound (990 us against 1,000): a share, no score, and the row says why
+    at_bound = replace(memory_only, bound=record.Bound(), reference=make.timing(990.0, seed=4))
+    row = report.table_rows([replace(run, benchmarks=(at_bound,))])[0]
+    assert row.sol_pct == pytest.approx(100 * 1000 / 59_702, rel=0.02) and row.sol_score is None
+    assert "no SOL score: eager PyTorch (9" in row.flags and "light (1,000 us)" in row.flags
 
 
 def test_the_sol_score_is_one_at_the_bound_a_half_at_the_baseline_and_falls_beyond() -> None:

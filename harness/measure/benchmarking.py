@@ -142,7 +142,7 @@ def time_benchmarks(
         row = _row(bench.name, inputs, timed, floor, timed[0].note)
         rows.append(dataclasses.replace(row, bytes=work.bytes, flops=work.flops, bound=work.bound))
         if problem.backward:
-            drawn = (seed, inputs, output)
+            drawn = (seed, inputs, (output, work))
             rows += _pass_rows(problem, bench, models, drawn, device, settings, (timer, floor))
         if counted:
             counted(index + 1, len(problem.benchmarks))
@@ -153,14 +153,16 @@ def _pass_rows(
     problem: Problem,
     bench: Case,
     models: tuple[Any, Any],
-    drawn: tuple[int, list[Any], Any],
+    drawn: tuple[int, list[Any], tuple[Any, hardware.Work]],
     device: torch.device,
     settings: Settings,
     timed: tuple[timing.Timer, float | None],
 ) -> list[BenchRow]:
     """The backward and forward+backward rows of one benchmark (harness.measure.gradients), after
-    its gradients are checked on the benchmark's own inputs."""
-    seed, inputs, output = drawn
+    its gradients are checked on the benchmark's own inputs; `drawn`: the benchmark's seed,
+    inputs, and the reference's output on them with its work (hardware.work)."""
+    seed, inputs, forward = drawn
+    output = forward[0]
     timer, floor = timed
     tolerance_ = settings.checking.tolerance
     with part("gradients"):
@@ -169,6 +171,13 @@ def _pass_rows(
         raise Verdict(verdicts.INCORRECT, f"benchmark {bench.name!r}: {verdict}")
     params = gradients.comparable_params(*models)
     by = gradients.described(gradients.backward_by(models[1], replicate_all(inputs, device)))
+    works = _pass_works(
+        problem,
+        models[0],
+        gradients.Pass(gradients.BACKWARD, output, params),
+        (seed, inputs, forward),
+        device,
+    )
     rows = []
     for kind in gradients.KINDS:
         step = gradients.Pass(kind, output, params)
@@ -178,8 +187,34 @@ def _pass_rows(
         calls = {"reference": models[0], "solution": models[1]}
         sampled = sample(calls, bench, seed, inputs, device, settings, timer, checker, step)
         note = "; ".join(n for n in (sampled[0].note, by) if n) or None
-        rows.append(dataclasses.replace(_row(name, inputs, sampled, floor, note), backward=kind))
+        row = _row(name, inputs, sampled, floor, note)
+        work = works[kind]
+        rows.append(
+            dataclasses.replace(
+                row, backward=kind, bytes=work.bytes, flops=work.flops, bound=work.bound
+            )
+        )
     return rows
+
+
+def _pass_works(
+    problem: Problem,
+    reference: Any,
+    step: gradients.Pass,
+    drawn: tuple[int, list[Any], tuple[Any, hardware.Work]],
+    device: torch.device,
+) -> dict[str, hardware.Work]:
+    """Each backward kind's work (hardware.pass_work), from one backward of the reference on the
+    benchmark's inputs, counted; `drawn` as `_pass_rows` takes it."""
+    seed, inputs, forward = drawn
+    args = step.extend(replicate_all(inputs, device), seed)
+    graph = gradients.Backward(reference, step.count, step.params, [args])
+    grads, counter = hardware.counted(lambda: graph(*args))
+    moved = (args[: step.count], grads)
+    return {
+        kind: hardware.pass_work(problem, forward, counter, moved, kind == gradients.BOTH, device)
+        for kind in gradients.KINDS
+    }
 
 
 def _row(

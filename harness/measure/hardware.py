@@ -95,24 +95,72 @@ def work(
     (torch.utils.flop_counter), and the work it stands for. Declared counts win: a problem's
     count_bytes replaces the bytes, its count_flops the FLOPs (counted at the inputs' precision).
     """
-    counter = _Counting()
-    with torch.no_grad(), counter:
-        output = reference(*inputs)
-    weights = sum(tensor_bytes(t) for t in (*reference.parameters(), *reference.buffers()))
-    moved = tensor_bytes(inputs) + tensor_bytes(output) + weights
+    with torch.no_grad():
+        output, counter = counted(lambda: reference(*inputs))
+    moved = tensor_bytes(inputs) + tensor_bytes(output) + weight_bytes(reference)
     if problem.count_bytes:
         moved = problem.count_bytes(inputs, output)
-    flops, flop_class = sum(counter.flops.values()) or None, counter.fastest()
-    unseen = ", ".join(sorted(counter.unseen))
-    partial = f"no FLOP formula for {unseen}" if unseen else None
+    flops, flop_class, partial = counter.total()
     if problem.count_flops:
         flops, flop_class, partial = problem.count_flops(inputs, output), _class(inputs), None
+    return output, _bounded(int(moved), flops, flop_class, partial, device)
+
+
+def pass_work(
+    problem: Problem,
+    forward: tuple[Any, Work],
+    backward: Counting,
+    moved: tuple[Any, Any],
+    both: bool,
+    device: torch.device,
+) -> Work:
+    """The work of one backward pass (harness.measure.gradients) of a benchmark whose forward
+    gave `forward` (its output and `work`), from its `backward` counted as `work` counts a
+    forward. Bytes: `moved`, what the backward must read (the upstream gradients) and write (the
+    gradients). With `both` (forward+backward) the forward's FLOPs are added, and its bytes less
+    its output, which a fused pass need not write (a declared count_bytes is added whole).
+    """
+    output, done = forward
+    flops, flop_class, partial = backward.total()
+    moved_bytes = tensor_bytes(list(moved))
+    if both:
+        flops = (flops or 0) + (done.flops or 0) or None
+        classes = [c for c in (flop_class, done.bound.flop_class) if c]
+        flop_class = max(classes, key=_class_rank, default=None)
+        partial = "; ".join(p for p in (done.bound.partial, partial) if p) or None
+        unwritten = 0 if problem.count_bytes else tensor_bytes(output)
+        moved_bytes += done.bytes - unwritten
+    return _bounded(moved_bytes, flops, flop_class, partial, device)
+
+
+def weight_bytes(model: Any) -> int:
+    """Bytes of a module's parameters and buffers (0 for a plain callable)."""
+    if not isinstance(model, torch.nn.Module):
+        return 0
+    return sum(tensor_bytes(t) for t in (*model.parameters(), *model.buffers()))
+
+
+def counted(call: Callable[[], Any]) -> tuple[Any, Counting]:
+    """What `call()` returns, run once under the FLOP count (`Counting`)."""
+    counter = Counting()
+    with counter:
+        return call(), counter
+
+
+def _bounded(
+    moved: int,
+    flops: float | None,
+    flop_class: str | None,
+    partial: str | None,
+    device: torch.device,
+) -> Work:
+    """A Work whose peak is `flop_class`'s on `device` (a bound without one says why)."""
     gpu = torch.cuda.get_device_name(device) if device.type == "cuda" else None
     peak = peak_tflops(gpu, flop_class) if gpu else None
     if gpu and flops and peak is None and not partial:
         partial = f"no {flop_class} peak known for {gpu} (harness.measure.hardware.PEAK_TFLOPS)"
     count = None if flops is None else int(flops)
-    return output, Work(int(moved), count, Bound(flop_class, peak, partial))
+    return Work(moved, count, Bound(flop_class, peak, partial))
 
 
 def peak_tflops(gpu: str, flop_class: str | None) -> float | None:
@@ -123,7 +171,7 @@ def peak_tflops(gpu: str, flop_class: str | None) -> float | None:
     return None
 
 
-class _Counting(TorchDispatchMode):
+class Counting(TorchDispatchMode):
     """Counts the FLOPs of each operation that torch's FLOP counter has a formula for, by the
     precision it runs at, and names the arithmetic-heavy ones it has none for (`opaque`)."""
 
@@ -150,10 +198,18 @@ class _Counting(TorchDispatchMode):
             self.unseen.add(str(packet))
         return out
 
-    def fastest(self) -> str | None:
-        """The counted precision with the highest peak on an H100 (a safe bound for them all)."""
-        order = PEAK_TFLOPS["H100"]
-        return max(self.flops, key=lambda kind: order.get(kind, 0.0), default=None)
+    def total(self) -> tuple[int | None, str | None, str | None]:
+        """The FLOPs counted (None: none), the counted precision with the highest peak (a
+        safe bound for them all), and why the count misses work, if it does."""
+        unseen = ", ".join(sorted(self.unseen))
+        fastest = max(self.flops, key=_class_rank, default=None)
+        partial = f"no FLOP formula for {unseen}" if unseen else None
+        return sum(self.flops.values()) or None, fastest, partial
+
+
+def _class_rank(flop_class: str) -> float:
+    """A precision's peak on an H100: which of several precisions bounds the fastest."""
+    return PEAK_TFLOPS["H100"].get(flop_class, 0.0)
 
 
 def _tf32(op: str) -> bool:

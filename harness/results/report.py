@@ -473,6 +473,11 @@ def flags(bench: BenchRow, row: TableRow, speedup: Interval) -> list[str]:
         )
     if row.sol_partial:
         found.append(f"SOL bound partial: {row.sol_partial}")
+    if row.sol_us is not None and row.sol_score is None and row.ref_median_us is not None:
+        found.append(
+            f"no SOL score: eager PyTorch ({format_us(row.ref_median_us)} us) is not slower "
+            f"than the speed of light ({format_us(row.sol_us)} us)"
+        )
     if row.ceiling_pct and row.ceiling_pct > 100:
         found.append(
             f"ABOVE the copy ceiling ({row.ceiling_pct:.0f}%): a warm cache, a wrong "
