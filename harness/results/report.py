@@ -8,11 +8,9 @@ which passed without timing (--check-only, a replay) never hides the timed recor
 code before it.
 
 The flags of a table's row: what a reader must know before trusting its numbers (a warm
-cache, skipped work, noise, throttling, a machine's load, a host-bound side, ...).
-
-A problem table's columns are `TableRow`'s fields, each declared once with its markdown
-heading and whether the CSV has it; `MARKDOWN` orders the table's, and `table_rows` fills
-the rows.
+cache, skipped work, noise, throttling, a machine's load, a host-bound side, ...). A problem
+table's columns are `TableRow`'s fields, each declared once with its markdown heading and
+whether the CSV has it; `MARKDOWN` orders the table's, and `table_rows` fills the rows.
 """
 
 from __future__ import annotations
@@ -474,10 +472,8 @@ def flags(bench: BenchRow, row: TableRow, speedup: Interval) -> list[str]:
     if row.sol_partial:
         found.append(f"SOL bound partial: {row.sol_partial}")
     if row.sol_us is not None and row.sol_score is None and row.ref_median_us is not None:
-        found.append(
-            f"no SOL score: eager PyTorch ({format_us(row.ref_median_us)} us) is not slower "
-            f"than the speed of light ({format_us(row.sol_us)} us)"
-        )
+        eager = f"eager PyTorch ({format_us(row.ref_median_us)} us) is not slower than"
+        found.append(f"no SOL score: {eager} the speed of light ({format_us(row.sol_us)} us)")
     if row.ceiling_pct and row.ceiling_pct > 100:
         found.append(
             f"ABOVE the copy ceiling ({row.ceiling_pct:.0f}%): a warm cache, a wrong "
