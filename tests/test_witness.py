@@ -94,10 +94,16 @@ def fake_ncu(tmp_path: Path, body: str) -> Path:
 
 
 def witness_with(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, body: str, device: str = "cuda:0"
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    body: str,
+    device: str = "cuda:0",
+    run_s: float = 60.0,
 ) -> tuple[list[BenchRow], list[str]]:
+    """`ncu.witness_rows` on two rows with a fake ncu running `body`; `run_s` is the run's limit
+    (ample by default: on a loaded 2-core CI machine a Python start alone took seconds)."""
     monkeypatch.setattr(ncu, "find_ncu", lambda: str(fake_ncu(tmp_path, body)))
-    settings = Settings(device="cuda:0", ncu=True, limits=Limits(run_s=5.0))
+    settings = Settings(device="cuda:0", ncu=True, limits=Limits(run_s=run_s))
     rows = [make.bench(10.0, 20.0, name="small"), make.bench(10.0, 20.0, name="large")]
     notes: list[str] = []
     log = tmp_path / "logs" / "01-toy--s.log"
@@ -161,7 +167,7 @@ sys.exit(1)
 def test_ncu_running_past_the_limit_is_stopped_and_a_warning(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    rows, warnings = witness_with(tmp_path, monkeypatch, "time.sleep(60)")
+    rows, warnings = witness_with(tmp_path, monkeypatch, "time.sleep(60)", run_s=5.0)
     assert all(row.witness is None for row in rows)
     assert warnings[0] == "ncu witness skipped on small: ncu ran past the 5 s limit (--timeout)"
 
@@ -190,7 +196,7 @@ def test_a_backward_pass_row_gets_no_witness_and_the_forward_rows_keep_their_pla
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setattr(ncu, "find_ncu", lambda: str(fake_ncu(tmp_path, WRITES_REPORT)))
-    settings = Settings(device="cuda:0", ncu=True, limits=Limits(run_s=5.0))
+    settings = Settings(device="cuda:0", ncu=True, limits=Limits(run_s=60.0))
     small, large = make.bench(10.0, 20.0, name="small"), make.bench(10.0, 20.0, name="large")
     passes = [replace(small, name=f"small {kind}", backward=kind) for kind in ("backward", "b+f")]
     log = tmp_path / "logs" / "01-toy--s.log"
