@@ -67,6 +67,13 @@
 # clock and temperature columns) is installed from a wheel under $WHEELS when one is there.
 set -uo pipefail
 export PYTHONUNBUFFERED=1
+# The device's copy of the tree may carry a stale .git (the session's first), so the records of
+# the parts that make committed tables must be told the commit (harness/run/machine.py).
+if [[ "${1:-run}" =~ ^(run|validate)$ ]] && [ -z "${GIT_COMMIT:-}" ]; then
+  echo "gpu_session.sh ${1:-run}: set GIT_COMMIT=\$(git rev-parse --short=12 HEAD) (the commit whose tree" \
+    "was sent), or the records name the device copy's .git" >&2
+  exit 2
+fi
 out=${OUT:-/tmp/gpu-session}
 mkdir -p "$out"
 python=${PYTHON:-python3}
