@@ -171,13 +171,8 @@ def _pass_rows(
         raise Verdict(verdicts.INCORRECT, f"benchmark {bench.name!r}: {verdict}")
     params = gradients.comparable_params(*models)
     by = gradients.described(gradients.backward_by(models[1], replicate_all(inputs, device)))
-    works = _pass_works(
-        problem,
-        models[0],
-        gradients.Pass(gradients.BACKWARD, output, params),
-        (seed, inputs, forward),
-        device,
-    )
+    counting = gradients.Pass(gradients.BACKWARD, output, params)  # any kind: the same graph
+    works = _pass_works(problem, models[0], counting, drawn, device)
     rows = []
     for kind in gradients.KINDS:
         step = gradients.Pass(kind, output, params)

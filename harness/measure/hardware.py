@@ -83,7 +83,9 @@ def opaque(op: str) -> bool:
 class Work:
     """What any correct solution of one benchmark must do: the speed-of-light bound's inputs."""
 
-    bytes: int  # inputs read once, outputs written once, the reference's weights read once
+    # a forward: inputs read once, outputs written once, the reference's weights read once;
+    # a backward pass: what `pass_work` counts
+    bytes: int
     flops: int | None  # the reference's floating-point operations, as counted or declared
     bound: Bound  # their precision and its peak; why the count misses work, if it does
 
