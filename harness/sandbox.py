@@ -229,6 +229,10 @@ def main() -> None:
         CUDA_CACHE_PATH=str(scratch / "cache" / "nv"),
         TRITON_CACHE_DIR=str(scratch / "cache" / "triton"),
         TORCHINDUCTOR_CACHE_DIR=str(scratch / "cache" / "inductor"),
+        # Only this process may write under its /proc/<pid>, which CUDA's start needs (see
+        # restrict_files), so CUDA never starts in a child: torch.compile must compile its
+        # Triton kernels here, not in Inductor's pool of worker processes
+        TORCHINDUCTOR_COMPILE_THREADS="1",
         HARNESS_PCH_READ_ONLY="1",
     )
     libc = ctypes.CDLL(None, use_errno=True)

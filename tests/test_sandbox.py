@@ -163,6 +163,38 @@ def test_the_launcher_closes_each_door_before_the_interpreter_starts(tmp_path: P
     assert done.stdout.split() == ["refused", "refused", "allowed", "refused", "refused"], done
 
 
+def test_torch_compile_inside_compiles_in_the_worker_whose_children_cannot_start_cuda(
+    tmp_path: Path,
+) -> None:
+    # CUDA's start writes under the process's /proc/<pid>: the worker may, a child may not (so
+    # CUDA does not start in one), and Inductor therefore keeps its compiles in the worker.
+    scratch = tmp_path / "scratch"
+    scratch.mkdir()
+    child = "open('/proc/self/comm', 'w').write('child')"
+    probe = (
+        "import subprocess, sys\n"
+        "open('/proc/self/comm', 'w').write('worker')\n"
+        f"done = subprocess.run([sys.executable, '-c', {child!r}], capture_output=True)\n"
+        "print('child', 'refused' if done.returncode else 'allowed')\n"
+        "from torch._inductor import config\n"
+        "print('compile_threads', config.compile_threads)\n"
+    )
+    env = {
+        **os.environ,
+        sandbox_policy.POLICY_VARIABLE: sandbox_policy.Policy((), (), 4 << 30, 256).to_env(),
+        sandbox_policy.SCRATCH_VARIABLE: str(scratch),
+    }
+    env.pop("TORCHINDUCTOR_COMPILE_THREADS", None)
+    done = subprocess.run(
+        [sys.executable, str(sandbox.LAUNCH), "-c", probe],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.stdout.split() == ["child", "refused", "compile_threads", "1"], done
+
+
 def test_required_refuses_a_machine_without_it(monkeypatch) -> None:
     monkeypatch.setattr(sandbox, "missing", lambda: ["Landlock ABI 4 or later (none)"])
     settings = Settings(limits=Limits(sandbox="required"))
