@@ -148,19 +148,28 @@ def test_the_launcher_closes_each_door_before_the_interpreter_starts(tmp_path: P
         "libc = ctypes.CDLL(None, use_errno=True)\n"
         "print('refused' if libc.ptrace(16, os.getppid(), 0, 0) else 'allowed')\n"
     )
+    done = launched(probe, made, scratch)
+    assert done.stdout.split() == ["refused", "refused", "allowed", "refused", "refused"], done
+
+
+def launched(
+    probe: str, policy: sandbox_policy.Policy, scratch: Path
+) -> subprocess.CompletedProcess[str]:
+    """`probe` (Python source) run by the sandbox's launcher under `policy`, in the environment
+    of the tests less any Inductor thread count; its output captured."""
     env = {
         **os.environ,
-        sandbox_policy.POLICY_VARIABLE: made.to_env(),
+        sandbox_policy.POLICY_VARIABLE: policy.to_env(),
         sandbox_policy.SCRATCH_VARIABLE: str(scratch),
     }
-    done = subprocess.run(
+    env.pop("TORCHINDUCTOR_COMPILE_THREADS", None)
+    return subprocess.run(
         [sys.executable, str(sandbox.LAUNCH), "-c", probe],
         env=env,
         capture_output=True,
         text=True,
-        timeout=60,
+        timeout=120,
     )
-    assert done.stdout.split() == ["refused", "refused", "allowed", "refused", "refused"], done
 
 
 def test_torch_compile_inside_compiles_in_the_worker_whose_children_cannot_start_cuda(
@@ -179,19 +188,7 @@ def test_torch_compile_inside_compiles_in_the_worker_whose_children_cannot_start
         "from torch._inductor import config\n"
         "print('compile_threads', config.compile_threads)\n"
     )
-    env = {
-        **os.environ,
-        sandbox_policy.POLICY_VARIABLE: sandbox_policy.Policy((), (), 4 << 30, 256).to_env(),
-        sandbox_policy.SCRATCH_VARIABLE: str(scratch),
-    }
-    env.pop("TORCHINDUCTOR_COMPILE_THREADS", None)
-    done = subprocess.run(
-        [sys.executable, str(sandbox.LAUNCH), "-c", probe],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+    done = launched(probe, sandbox_policy.Policy((), (), 4 << 30, 256), scratch)
     assert done.stdout.split() == ["child", "refused", "compile_threads", "1"], done
 
 
