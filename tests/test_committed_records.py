@@ -1,9 +1,10 @@
 """The committed H200 run log reads as typed records, old lines and new alike, with the values
-the committed tables show."""
+the committed tables show; every committed machine folder's tables are what its records render."""
 
 from __future__ import annotations
 
 import json
+import shutil
 
 import pytest
 
@@ -192,3 +193,17 @@ def test_committed_rows_carry_no_load_flag(records: list[RunRecord]) -> None:
 
 def _shape_lines(text: str) -> list[str]:
     return [line for line in text.splitlines() if line.startswith(("| multilabel", "| smooth"))]
+
+
+@pytest.mark.parametrize(
+    "machine", sorted(p.name for p in (REPO / "results").iterdir() if (p / "runs.jsonl").exists())
+)
+def test_each_committed_folders_tables_are_what_its_records_render(machine: str, tmp_path) -> None:
+    committed = REPO / "results" / machine
+    copy = tmp_path / machine
+    shutil.copytree(committed, copy, ignore=shutil.ignore_patterns(".lock", "*.svg"))
+    written, _ = summary.render_folder(copy)
+    tables = [path for path in written if path.suffix in (".md", ".csv")]
+    assert tables, written
+    for path in tables:
+        assert path.read_text() == (committed / path.name).read_text(), path.name
