@@ -72,12 +72,8 @@ def test_a_backward_pass_counts_its_own_flops_and_moves_gradients() -> None:
     model, x = Linear(k, n), torch.randn(m, k)
     forward = hardware.work(toy, model, [x], CPU)
     step = gradients.Pass(gradients.BACKWARD, forward[0], ["layer.weight"])
-    args = step.extend([x], seed=1)
-    graph = gradients.Backward(model, step.count, step.params, [args])
-    grads, counter = hardware.counted(lambda: graph(*args))
-    moved = (args[: step.count], grads)
-    back = hardware.pass_work(toy, forward, counter, moved, False, CPU)
-    both = hardware.pass_work(toy, forward, counter, moved, True, CPU)
+    works = benchmarking._pass_works(toy, model, step, (1, [x], forward), CPU)
+    back, both = works[gradients.BACKWARD], works[gradients.BOTH]
     assert back.flops == 4 * m * n * k  # the input's gradient and the weight's: 2MNK each
     assert back.bytes == 4 * (m * n + m * k + n * k)  # the upstream gradient read, two written
     assert both.flops == 6 * m * n * k and both.bound.flop_class == "fp32"
