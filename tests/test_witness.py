@@ -93,15 +93,19 @@ def fake_ncu(tmp_path: Path, body: str) -> Path:
     return path
 
 
+# A run's limit that no fake ncu reaches: on a loaded 2-core CI machine a Python start alone
+# took seconds.
+AMPLE_RUN_S = 60.0
+
+
 def witness_with(
     tmp_path: Path,
     monkeypatch: pytest.MonkeyPatch,
     body: str,
     device: str = "cuda:0",
-    run_s: float = 60.0,
+    run_s: float = AMPLE_RUN_S,
 ) -> tuple[list[BenchRow], list[str]]:
-    """`ncu.witness_rows` on two rows with a fake ncu running `body`; `run_s` is the run's limit
-    (ample by default: on a loaded 2-core CI machine a Python start alone took seconds)."""
+    """`ncu.witness_rows` on two rows with a fake ncu running `body`; `run_s` is the run's limit."""
     monkeypatch.setattr(ncu, "find_ncu", lambda: str(fake_ncu(tmp_path, body)))
     settings = Settings(device="cuda:0", ncu=True, limits=Limits(run_s=run_s))
     rows = [make.bench(10.0, 20.0, name="small"), make.bench(10.0, 20.0, name="large")]
@@ -196,7 +200,7 @@ def test_a_backward_pass_row_gets_no_witness_and_the_forward_rows_keep_their_pla
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setattr(ncu, "find_ncu", lambda: str(fake_ncu(tmp_path, WRITES_REPORT)))
-    settings = Settings(device="cuda:0", ncu=True, limits=Limits(run_s=60.0))
+    settings = Settings(device="cuda:0", ncu=True, limits=Limits(run_s=AMPLE_RUN_S))
     small, large = make.bench(10.0, 20.0, name="small"), make.bench(10.0, 20.0, name="large")
     passes = [replace(small, name=f"small {kind}", backward=kind) for kind in ("backward", "b+f")]
     log = tmp_path / "logs" / "01-toy--s.log"
