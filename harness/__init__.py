@@ -19,6 +19,10 @@ run/       the parent process, one per run.py: finds the work and drives it
                their answers kept across runs in the build cache, by the reference's content
     isolate    spawn the worker with time limits and turn any failure into a status; the
                pool's builds stopped while a timing runs
+    refereeing  the verdict from evidence the worker cannot write: its referee started, the
+               checks' outputs compared there, every timed row replaced by what the parent kept
+    rounds     the timing rounds the parent directs between referee and worker, its clock
+               around each, and the rule a bare batch of the solution's calls must keep
     sandboxing  --sandbox: each worker started through the launcher, with a scratch folder; a
                job's files staged in and out; modules a solution planted, removed
     discovery  find problems and solutions on disk; a static scan of a solution's source, as
@@ -29,6 +33,10 @@ run/       the parent process, one per run.py: finds the work and drives it
 measure/   the worker process, one per solution: builds, checks and times it
     worker     load, check and time one solution (the worker's entry point); a spare worker
                started ahead of its job
+    referee    the reference's side of a judging, in a process no solution enters: the
+               checks' outputs compared, the reference timed in rounds the parent directs
+    directed   what the worker and the referee say to the parent in those rounds (one side
+               each), and the checks' outputs a worker leaves for the referee
     messages   what a worker tells the parent while it works, and what its job ended with
     builds     watch the extension builds a solution makes; the light headers (ATen's operator
                headers, <torch/types.h>);

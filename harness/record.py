@@ -135,6 +135,9 @@ class BenchRow:
     per_call: PerCall | None = field(default=None, metadata=OMIT_NONE)
     # "reference" or "solution": per-call and device speedups part
     host_bound: str | None = field(default=None, metadata=OMIT_NONE)
+    # the solution's timed calls by the parent's clock over the time its reported samples
+    # account for (harness.run.refereeing: 1 where they agree; None before the referee)
+    outside_ratio: float | None = field(default=None, metadata=OMIT_NONE)
 
 
 @dataclass(frozen=True)

@@ -93,6 +93,10 @@ class RuleName(Name):
     SANDBOX_PTRACE = "sandbox_ptrace"
     SANDBOX_PROCESSES = "sandbox_processes"
     SANDBOX_MEMORY = "sandbox_memory"
+    TORCH_REPLACED = "torch_replaced"
+    TIME_UNCONFIRMED = "time_unconfirmed"
+    REPORT_UNCONFIRMED = "report_unconfirmed"
+    EVIDENCE_MISSING = "evidence_missing"
 
 
 class FlagName(Name):
@@ -184,6 +188,24 @@ REJECTIONS: dict[str, Rule] = {
     RuleName.SANDBOX_MEMORY: Rule(
         "in the sandbox, the solution ran out of its heap limit (--memory-gb)",
         "run/sandboxing.py",
+    ),
+    RuleName.TORCH_REPLACED: Rule(
+        "a function or method of torch was replaced (the reference runs in its referee, whole)",
+        "measure/anticheat.py",
+    ),
+    RuleName.TIME_UNCONFIRMED: Rule(
+        "the harness's clock, outside the solution's process, saw its timed calls take more "
+        "than the times it reported account for",
+        "run/refereeing.py",
+    ),
+    RuleName.REPORT_UNCONFIRMED: Rule(
+        "the worker reported what the harness did not see happen: a row it did not time "
+        "under the harness's direction, or an answer out of the protocol",
+        "run/refereeing.py, run/rounds.py",
+    ),
+    RuleName.EVIDENCE_MISSING: Rule(
+        "an ok was reported, but the output of a check never reached the referee",
+        "run/refereeing.py",
     ),
 }
 

@@ -22,7 +22,7 @@ from harness import accuracy, verdicts
 from harness.accuracy import Exact, Wide
 from harness.loading import Case, Problem
 from harness.matching import mismatch
-from harness.measure.benchmarking import _spot_checker
+from harness.measure.benchmarking import spot_checker
 from harness.measure.checking import check_cases
 from harness.settings import Checking, Settings
 from harness.verdicts import Verdict
@@ -313,7 +313,7 @@ def test_spot_checks_of_timed_calls_use_the_same_rule() -> None:
     bench = problem.benchmarks[0]
     torch.manual_seed(0)
     inputs = cancelling(16, 131_072)
-    checker = _spot_checker(problem, bench, Product(), CPU, Settings(), "benchmark 'default'")
+    checker = spot_checker(problem, bench, Product(), CPU, Settings(), "benchmark 'default'")
     checker.check(ProductInDouble()(*inputs), inputs, "timed call 1")  # passes: no Verdict
     assert mismatch(Product()(*inputs), ProductInDouble()(*inputs)) is not None
     half = [torch.randn(16, 131_072), torch.randn(131_072)]

@@ -162,7 +162,7 @@ class Reference(torch.nn.Module):
 def spot_check(problem, case, override: Tolerance) -> None:
     """One spot check of a timed output that is off by 1e-3 everywhere."""
     settings_ = Settings(checking=Checking(tolerance=override))
-    checker = benchmarking._spot_checker(problem, case, Reference(), CPU, settings_, "benchmark")
+    checker = benchmarking.spot_checker(problem, case, Reference(), CPU, settings_, "benchmark")
     x = torch.randn(8, 8, generator=torch.Generator().manual_seed(1))
     checker.check(x * 2 + 1 + 1e-3, [x], "timed call 1")
 

@@ -36,6 +36,7 @@ replacements of what was there are.
 
 from __future__ import annotations
 
+import inspect
 import sys
 import threading
 import time
@@ -370,6 +371,11 @@ class Snapshot:
             for name, value in vars(module).items()
             if callable(value) and not name.startswith("__")
         }
+        self.torch = {
+            f"{label}.{name}": (holder, name, _static(holder, name))
+            for holder, label in _torch_namespaces()
+            for name in _names(holder)
+        }
 
     def verify(self, when: str) -> None:
         """Raise a rejection naming the first watched attribute that was replaced."""
@@ -386,11 +392,46 @@ class Snapshot:
                     "harness_replaced",
                     f"{shown} was replaced ({when}): the harness is not the solution's to change",
                 )
+        for shown, (holder, name, original) in self.torch.items():
+            if _static(holder, name) is not original:
+                raise reject(
+                    "torch_replaced",
+                    f"{shown} was replaced ({when}): a solution must not change PyTorch's own "
+                    "functions, which the reference calls (its referee's process has them whole)",
+                )
 
 
 def _current(holder: Any, name: str) -> Any:
     # A class's own __dict__ entry, so a bound method's fresh wrapper object does not count.
     return vars(holder).get(name) if isinstance(holder, type) else getattr(holder, name, None)
+
+
+def _names(holder: Any) -> list[str]:
+    """The callable names of a torch module, or every name of a class, its bases' too (so a
+    method set on the class over an inherited one counts as replaced)."""
+    if isinstance(holder, type):
+        return dir(holder)
+    return [name for name, value in vars(holder).items() if callable(value)]
+
+
+def _static(holder: Any, name: str) -> Any:
+    """What `holder.name` is, found without running a descriptor or a module's __getattr__."""
+    return inspect.getattr_static(holder, name, None)
+
+
+def _torch_namespaces() -> list[tuple[Any, str]]:
+    """The namespaces of torch whose functions a reference calls: replacing one of them
+    changes the reference as the solution's process would run it."""
+    import torch.nn.functional as functional
+
+    return [
+        (torch, "torch"),
+        (functional, "torch.nn.functional"),
+        (torch.Tensor, "torch.Tensor"),
+        (torch.linalg, "torch.linalg"),
+        (torch.special, "torch.special"),
+        (torch.fft, "torch.fft"),
+    ]
 
 
 def _harness_modules() -> list[tuple[str, Any]]:

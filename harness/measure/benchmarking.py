@@ -61,6 +61,7 @@ from harness import stats, verdicts
 from harness.loading import Case, Problem, Seeds, make_inputs, replicate_all
 from harness.measure import (
     checking,
+    directed,
     feeding,
     gradients,
     hardware,
@@ -83,6 +84,7 @@ from harness.stats import Interval, Measurement, PerCall, part
 
 Sides = Mapping[str, Callable[..., Any]]  # the models timed side by side, by side's name
 Calls = Mapping[str, Callable[[], object]]  # the zero-argument calls timed, by side's name
+FORWARD = "forward"  # the kind of a forward row, beside gradients.KINDS
 LAUNCH_BOUND_FACTOR = 3.0  # a median under this many floors is mostly launch cost
 FINAL_CHECKS = 2  # timed-path calls checked after sampling, whatever the dice said
 
@@ -131,13 +133,14 @@ def time_benchmarks(
         seed = seeds.benchmark(index)
         models = build_models(problem, model_new, bench, seed, device)
         inputs = guard(verdicts.PROBLEM_ERROR, "get_inputs", make_inputs, bench, seed, device)
-        verdict = check_once(problem, bench, models, inputs, device, settings.checking, seed)
+        keep = checking.keeper(directed.bench_key(index))
+        verdict = check_once(problem, bench, models, inputs, device, settings.checking, seed, keep)
         if verdict:
             raise Verdict(verdicts.INCORRECT, f"benchmark {bench.name!r}: {verdict}")
         output, work = hardware.work(problem, models[0], replicate_all(inputs, device), device)
         calls = {"reference": models[0], "solution": models[1]}
         label = f"benchmark {bench.name!r}"
-        checker = _spot_checker(problem, bench, models[0], device, settings, label)
+        checker = spot_checker(problem, bench, models[0], device, settings, label)
         timed = sample(calls, bench, seed, inputs, device, settings, timer, checker)
         row = _row(bench.name, inputs, timed, floor, timed[0].note)
         rows.append(dataclasses.replace(row, bytes=work.bytes, flops=work.flops, bound=work.bound))
@@ -178,7 +181,7 @@ def _pass_rows(
         step = gradients.Pass(kind, output, params)
         name = gradients.row_name(bench.name, kind)
         check = gradients.Training(models[0], step.count, params)
-        checker = _spot_checker(problem, bench, check, device, settings, f"benchmark {name!r}")
+        checker = spot_checker(problem, bench, check, device, settings, f"benchmark {name!r}")
         calls = {"reference": models[0], "solution": models[1]}
         sampled = sample(calls, bench, seed, inputs, device, settings, timer, checker, step)
         note = "; ".join(n for n in (sampled[0].note, by) if n) or None
@@ -245,7 +248,7 @@ def _row(
     )
 
 
-def _spot_checker(
+def spot_checker(
     problem: Problem,
     bench: Case,
     reference: Any,
@@ -253,6 +256,9 @@ def _spot_checker(
     settings: Settings,
     label: str,
 ) -> feeding.SpotChecker:
+    """The checker of a side's timed calls: each output against `reference` on the call's
+    pristine inputs, by the checks' criterion."""
+
     def criterion(pristine: list[Any]) -> Any:
         return checking.criterion(problem, bench, settings.checking, reference, pristine, device)
 
@@ -285,7 +291,9 @@ def sample(
     cross-checked with a wall clock (the Fed part, else None). With a `step`, each call is
     that backward pass of its model, on upstream gradients and inputs
     (harness.measure.gradients)."""
-    made = make_calls(models, (bench, seed), inputs, device, settings, checker, step)
+    link, spec = directed.LINK, None
+    own = {"solution": models["solution"]} if link is not None else models
+    made = make_calls(own, (bench, seed), inputs, device, settings, checker, step)
     calls, per_call, note = made
     probe = hardware.open_probe(device) if device.type == "cuda" else None
     if per_call > 1:
@@ -296,7 +304,14 @@ def sample(
     # KernelBench's eval times with autograd on (its checks run under no_grad): so does the
     # profile, which costs a model with parameters some host time recording the graph.
     with part("timing"), contextlib.nullcontext() if as_kernelbench else torch.no_grad():
-        if as_kernelbench:
+        if link is not None:  # the reference's side is the referee's, the rounds the parent's
+            method = "kernelbench" if as_kernelbench else timer.method
+            spec = _spec(bench, step, method, per_call, device)
+            if as_kernelbench:
+                timer = kernelbench.KernelBenchTimer(device)
+            run = functools.partial(link.sample, spec, calls["solution"], timer, after)
+            sampled = guard(verdicts.RUNTIME_ERROR, "timing", run)
+        elif as_kernelbench:
             trials = settings.checking.kernelbench_trials
             sample = functools.partial(kernelbench.sample, trials=trials)
             sampled = guard(verdicts.RUNTIME_ERROR, "timing", sample, calls, device)
@@ -325,24 +340,33 @@ def sample(
     solution = calls.get("solution")
     if checker is None or not isinstance(solution, feeding.Feed):
         return side_by_side, None
-    fed = _fed(calls, solution, checker, (device, settings, on_gpu), side_by_side)
+    fed = _fed(calls, solution, checker, (device, settings, on_gpu, spec), side_by_side)
     return side_by_side, fed
+
+
+def _spec(
+    bench: Case, step: gradients.Pass | None, method: str, per_call: int, device: torch.device
+) -> directed.Spec:
+    """What the parent and the referee are told of a sampling (harness.measure.directed)."""
+    kind, params = (FORWARD, ()) if step is None else (step.kind, tuple(step.params))
+    return directed.Spec(bench.name, kind, method, params, per_call, str(device))
 
 
 def _fed(
     calls: Calls,
     solution: feeding.Feed,
     checker: feeding.SpotChecker,
-    where: tuple[torch.device, Settings, bool],
+    where: tuple[torch.device, Settings, bool, directed.Spec | None],
     sampled: SideBySide,
 ) -> Fed:
     """What a row of fed calls gets after its timing: the per-call times (on a GPU), the last
     spot checks, and the wall-clock cross-check for unseen work."""
-    device, settings, on_gpu = where
+    device, settings, on_gpu, spec = where
     per_call, host_bound = None, None
     if on_gpu:
         with part("per_call"):
-            per_call, host_bound = time_per_call(calls, device, settings, sampled.speedup.value)
+            speedup = sampled.speedup.value
+            per_call, host_bound = time_per_call(calls, device, settings, speedup, spec)
     with part("spot_check"):
         spot_checks = _final_checks(solution, checker)
     timed = sampled.sides["solution"]
@@ -428,17 +452,27 @@ def per_call_rule(rule: StopRule) -> StopRule:
 
 
 def time_per_call(
-    calls: Calls, device: torch.device, settings: Settings, device_speedup: float
+    calls: Calls,
+    device: torch.device,
+    settings: Settings,
+    device_speedup: float,
+    spec: directed.Spec | None = None,
 ) -> tuple[PerCall, str | None]:
     """The row's per-call times: each call timed from an idle device, host included
     (PerCallTimer), side by side under per_call_rule, with their speedup; and which side is
     host-bound where the two speedups part by more than HOST_BOUND_GAP (else None)."""
     timer = PerCallTimer(device, settings.timing.flush)
     rule = per_call_rule(settings.timing.rule)
+    link = directed.LINK
     with torch.no_grad():
-        sampled = guard(
-            verdicts.RUNTIME_ERROR, "per-call timing", timing.sample, calls, timer, rule
-        )
+        if link is not None and spec is not None:  # the referee's side, as in `sample`
+            spec = dataclasses.replace(spec, timer=timer.method)
+            run = functools.partial(link.sample, spec, calls["solution"], timer)
+            sampled = guard(verdicts.RUNTIME_ERROR, "per-call timing", run)
+        else:
+            sampled = guard(
+                verdicts.RUNTIME_ERROR, "per-call timing", timing.sample, calls, timer, rule
+            )
     reference, solution = sampled.measurements["reference"], sampled.measurements["solution"]
     speedup = stats.paired_ratio(reference.times_us, solution.times_us)
     return PerCall(reference, solution, speedup), host_bound(device_speedup, speedup.value)

@@ -52,12 +52,12 @@ from harness.loading import (
     seed_everything,
 )
 from harness.matching import mismatch, tolerance
-from harness.measure import anticheat, gradients, kernelbench
+from harness.measure import anticheat, directed, gradients, kernelbench
 from harness.settings import Checking
 from harness.stats import part
 from harness.verdicts import HarnessError, Verdict
 
-__all__ = ["Counted", "Verdict", "build_models", "check_cases", "check_once"]
+__all__ = ["Counted", "Verdict", "build_models", "check_cases", "check_once", "keeper"]
 
 HELD = (
     "a tensor the harness held (its copies of the inputs, the expected output, or the first "
@@ -92,7 +92,8 @@ def check_cases(
             inputs = guard(
                 verdicts.PROBLEM_ERROR, "get_inputs", make_inputs, case, trial_seed, device
             )
-            verdict = check_once(problem, case, models, inputs, device, checking, trial_seed)
+            keep = keeper(directed.case_key(index, trial))
+            verdict = check_once(problem, case, models, inputs, device, checking, trial_seed, keep)
             if not verdict and problem.backward and not case.invalid:
                 with part("gradients"):
                     verdict = gradients.check(
@@ -108,21 +109,22 @@ def check_cases(
     return checks
 
 
+def keeper(key: str) -> Callable[[Any], None] | None:
+    """What keeps a check's first output as evidence `key`, in a directed worker; else None."""
+    evidence = directed.EVIDENCE
+    if evidence is None:
+        return None
+    return lambda output: evidence.keep(key, output)
+
+
 def build_models(
     problem: Problem, model_new: type, case: Case, seed: int, device: torch.device
 ) -> tuple[Any, Any]:
     """Model and ModelNew from the same seed, with the reference's matching weights copied;
     ModelNew in the mode the reference's constructor left it in."""
-
-    def build(cls: type, failure: str, label: str) -> Any:
-        seed_everything(seed)  # before get_init_inputs too: it may draw weights at random
-        args = guard(verdicts.PROBLEM_ERROR, "get_init_inputs", make_init_inputs, case, device)
-        model = guard(failure, f"{label}(*init_inputs)", cls, *args)
-        return model.to(device)
-
     with part("models"):
-        reference = build(problem.model, verdicts.PROBLEM_ERROR, "Model")
-        solution = build(model_new, verdicts.LOAD_ERROR, "ModelNew")
+        reference = build_model(problem.model, case, seed, device)
+        solution = build_model(model_new, case, seed, device, verdicts.LOAD_ERROR, "ModelNew")
         solution.train(getattr(reference, "training", False))
         wanted = solution.state_dict()
         shared = {
@@ -134,6 +136,22 @@ def build_models(
     return reference, solution
 
 
+def build_model(
+    cls: type,
+    case: Case,
+    seed: int,
+    device: torch.device,
+    failure: str = verdicts.PROBLEM_ERROR,
+    label: str = "Model",
+) -> Any:
+    """`cls(*init_inputs)` on `device`, its generators seeded with `seed` first; a failure is
+    a Verdict of `failure` (the reference's: problem_error)."""
+    seed_everything(seed)  # before get_init_inputs too: it may draw weights at random
+    args = guard(verdicts.PROBLEM_ERROR, "get_init_inputs", make_init_inputs, case, device)
+    model = guard(failure, f"{label}(*init_inputs)", cls, *args)
+    return model.to(device)
+
+
 def check_once(
     problem: Problem,
     case: Case,
@@ -142,12 +160,14 @@ def check_once(
     device: torch.device,
     checking: Checking = Checking(),  # noqa: B008 (frozen: one shared default is safe)
     seed: int = 0,
+    keep: Callable[[Any], None] | None = None,
 ) -> str | None:
     """None when the solution matches the reference on `inputs`, else the mismatch; a broken
     rule of harness.anticheat raises a Verdict (see the module doc for the order of calls).
-    `seed` seeds torch's generators before each call."""
+    `seed` seeds torch's generators before each call; `keep` is given the solution's first
+    output (the evidence its referee compares: harness.measure.directed)."""
     with part("guards"):  # what the parts inside leave: fingerprints, copies, the rules
-        return _check_once(problem, case, models, inputs, device, checking, seed)
+        return _check_once(problem, case, models, inputs, device, checking, seed, keep)
 
 
 def _check_once(
@@ -158,6 +178,7 @@ def _check_once(
     device: torch.device,
     checking: Checking,
     seed: int,
+    keep: Callable[[Any], None] | None,
 ) -> str | None:
     reference, solution = models
     label = f"case {case.name!r}"
@@ -167,6 +188,8 @@ def _check_once(
     drawn = anticheat.fingerprint(inputs)
     with torch.no_grad():
         first = solution_call(solution, inputs, device, label, sizes, seed)
+        if keep is not None:
+            keep(first.output)
         anticheat.require_unchanged(inputs, drawn, "the harness's copy of the inputs", label)
         given = replicate_all(inputs, device)
         seed_everything(seed)

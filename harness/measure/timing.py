@@ -226,6 +226,9 @@ class CudaTimer:
         self.cycles_per_us = sleep_cycles_per_us(device)
         self.host_us: dict[str, float] = {}
         self.synchronizing: dict[str, bool] = {}  # by call name, once probed
+        # The sleep before each call, when the parent fixes it for both sides of a directed
+        # sampling (harness.measure.directed); else it follows each call's own host time.
+        self.fixed_cover_us: float | None = None
 
     def reset(self) -> None:
         """Forget which calls wait for the device: the next calls are probed afresh."""
@@ -248,7 +251,7 @@ class CudaTimer:
                 timed.append(waited)
                 host.append((name, waited))
                 continue
-            cover = self.HOST_MARGIN * self.host_us.get(name, 50.0) + self.HOST_EXTRA_US
+            cover = self.fixed_cover_us or self.cover_us(self.host_us.get(name, 50.0))
             torch.cuda._sleep(int(cover * self.cycles_per_us))
             start = torch.cuda.Event(enable_timing=True)
             end = torch.cuda.Event(enable_timing=True)
@@ -262,6 +265,11 @@ class CudaTimer:
         for name in {n for n, _ in host}:
             self.host_us[name] = statistics.median(t for n, t in host if n == name)
         return [t if isinstance(t, float) else t[0].elapsed_time(t[1]) * 1e3 for t in timed]
+
+    @classmethod
+    def cover_us(cls, host_us: float) -> float:
+        """The sleep that hides a call of median host time `host_us` behind it."""
+        return cls.HOST_MARGIN * host_us + cls.HOST_EXTRA_US
 
     def _waited(self, call: Call) -> float:
         """A call that waits for the device, timed as a loop of such calls costs: WARM_CALLS

@@ -50,7 +50,7 @@ import torch  # importing torch does not import its extension builder: that wait
 
 from harness import codec, sandbox, settings, verdicts
 from harness.loading import Problem, Seeds, import_file, load_problem, reference_namespace
-from harness.measure import anticheat, audit, hardware, kernelbench, profiling
+from harness.measure import anticheat, audit, directed, hardware, kernelbench, profiling
 from harness.measure.benchmarking import time_benchmarks
 from harness.measure.builds import BuildWatcher, NoCudaToolchain
 from harness.measure.checking import check_cases, describe_error
@@ -97,6 +97,10 @@ class Job:
     sources: tuple[tuple[str, str], ...] = ()
     # Where it builds, when not its folder of the build cache (the sandbox's: run.sandboxing)
     build_folder: str = ""
+    # Directed: a referee holds the reference's side; the parent directs the timing rounds
+    # over the gate, and the checks' outputs go to `evidence` (harness.measure.directed)
+    directed: bool = False
+    evidence: str = ""
 
 
 Send = Callable[[Event], None]
@@ -159,6 +163,9 @@ def main(job: Job, conn: Any, gate: Any = None) -> None:
     if STARTED_AHEAD:
         print("worker: started ahead of its job, as a spare", flush=True)
     PARTS.taken()  # a spare worker's warm-up is not the job's
+    if job.directed and gate is not None and job.task == "solution":
+        directed.LINK = directed.Link(conn.send, gate.recv)
+        directed.EVIDENCE = directed.Evidence(Path(job.evidence))
     judged = build_only(job, send) if job.task == "build" else run(job, send)
     judged = replace(judged, parts_s=PARTS.taken() or None)
     print(f"result: {judged.status}: {judged.detail}", flush=True)
@@ -199,6 +206,8 @@ def run(job: Job, send: Send) -> Judged:
         snapshot.verify("when the solution was imported")
         device = _device_for(device, watcher)
         result["device"] = str(device)
+        if directed.EVIDENCE is not None:
+            directed.EVIDENCE.device = str(device)
         send(Phase("check"))
         checking, told = job.settings.checking, _teller(send)
         counted = lambda done, total: send(Count(done, total))  # noqa: E731

@@ -31,6 +31,7 @@ import os
 import shutil
 import signal
 import subprocess
+import tempfile
 import threading
 import time
 from collections.abc import Callable
@@ -40,7 +41,7 @@ from pathlib import Path
 from typing import Any
 
 from harness import verdicts
-from harness.measure import pch, worker
+from harness.measure import directed, pch, worker
 from harness.measure.messages import (
     BuildEnd,
     BuildStart,
@@ -60,6 +61,7 @@ from harness.measure.messages import (
 from harness.measure.worker import waiting
 from harness.run import sandboxing
 from harness.run.flags import PROC, children, end_tree, tree
+from harness.run.refereeing import Broken, Judge, RefereeFailed
 from harness.settings import Limits
 
 POLL_S = 0.25  # how often the parent looks at the worker
@@ -155,6 +157,7 @@ def run_isolated(
     began = time.monotonic()  # staging in: the sandbox's copying, not a dead spare's close
     try:
         scratch = scratch or (box.scratch() if box else None)
+        job = _directed(job, scratch)
         staged = sandboxing.stage(job, scratch, box.links) if box and scratch else job
     except OSError as err:  # the harness's folder, not the solution: no verdict on it
         return harness_failure(f"cannot prepare the worker's scratch folder: {err}")
@@ -167,11 +170,18 @@ def run_isolated(
     if held is not None:
         held.add(process.pid)
     log = Path(job.log_path) if scratch is None else scratch / "worker.log"
+    judge = _judge(job, process, receiver, gate, log)
 
     def opened(event: Event) -> None:
         if scratch is not None:
             _serve(scratch, job, held)
+        if isinstance(event, directed.Rounds):
+            if judge is not None:
+                _refereed(judge, process, lambda: judge.direct(event.spec))
+            return
         if isinstance(event, ReadyToTime):
+            if judge is not None:
+                _refereed(judge, process, lambda: judge.compare_evidence(final=False))
             if before_timing is not None:
                 before_timing()
             gate.send("go")
@@ -180,6 +190,8 @@ def run_isolated(
     judged = harness_failure("the run stopped while its worker ran")
     try:
         judged = _watch(process, receiver, job.settings.limits, opened, log)
+        if judge is not None:
+            judged = _decided(judge, judged)
     finally:
         if held is not None:
             held.discard(process.pid)
@@ -187,9 +199,69 @@ def run_isolated(
         process.join(JOIN_S)
         receiver.close()
         gate.close()
+        if judge is not None:
+            judge.close()
+            if scratch is None:
+                shutil.rmtree(judge.evidence, ignore_errors=True)
         if scratch is not None:
             judged = _taken_out(job, process.pid, scratch, judged, staging_s)
     return judged
+
+
+def _directed(job: worker.Job, scratch: Path | None) -> worker.Job:
+    """A solution's job, directed (harness.run.refereeing): its evidence folder in its scratch
+    folder (the sandbox's), else in a folder of its own; any other job as it is."""
+    if job.task != "solution":
+        return job
+    evidence = scratch / "evidence" if scratch is not None else Path(tempfile.mkdtemp("-evidence"))
+    return replace(job, directed=True, evidence=str(evidence))
+
+
+def _judge(job: worker.Job, process: Any, receiver: Any, gate: Any, log: Path) -> Judge | None:
+    """The parent's evidence of a directed job (None for any other): its worker's messages
+    during a sampling are read here, within the job's run limit."""
+    if not job.directed:
+        return None
+    limit = job.settings.limits.run_s
+
+    def receive(timeout: float) -> Any:
+        if not receiver.poll(min(timeout, limit)):
+            raise Broken(_timed_out("time", limit, None, "--timeout"))
+        try:
+            return receiver.recv()
+        except (EOFError, OSError):
+            raise Broken(_died(process, log, "time")) from None
+
+    return Judge(job, process.pid, gate.send, receive, Path(job.evidence))
+
+
+def _refereed(judge: Judge, process: Any, step: Callable[[], None]) -> None:
+    """Run one step of the referee's; a broken protocol ends the worker with its verdict, a
+    failure of the referee's ends it as the harness's."""
+    try:
+        step()
+    except Broken as broken:
+        judge.broken, judge.broken_own = broken.judged, broken.own
+        _end(process)
+    except RefereeFailed as failed:
+        judge.broken = harness_failure(f"the referee failed: {failed}")
+        _end(process)
+
+
+def _decided(judge: Judge, judged: Judged) -> Judged:
+    """The verdict the evidence supports (Judge.verdict), where the worker ended at `judged`."""
+    try:
+        decided = judge.verdict(judged)
+    except RefereeFailed as failed:
+        failure_ = harness_failure(f"the referee failed: {failed}")
+        decided = replace(
+            judged,
+            status=failure_.status,
+            detail=failure_.detail,
+            harness_error=True,
+            benchmarks=(),
+        )
+    return replace(decided, phase=judged.phase, case=judged.case, phase_s=judged.phase_s)
 
 
 def _end(process: Any) -> None:

@@ -1,0 +1,276 @@
+"""The timing rounds the parent directs (harness.run.refereeing), and its clock's rule.
+
+Each side of a sampling is a process: the referee holds the reference's, the worker the
+solution's. `DirectedTimer` is a Timer of harness.measure.timing whose calls are RemoteSides:
+each chunk of rounds goes to the two processes as one segment each, in the order the rounds
+turn, both with the same sleep before each call, the worker stopped while the referee times;
+the parent's clock spans every segment. After a sampling, each side makes bare batches of its
+calls back to back (`Sampling.confirmed`): the parent's clock, less the time the side waited
+in the run queue, must bear out the time per call the worker reported, as far as the
+reference's own batch shows what the machine's load does now.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any, NoReturn
+
+from harness import verdicts
+from harness.measure import directed, kernelbench
+from harness.measure.messages import Done, Judged
+from harness.measure.timing import CudaTimer, Sampled
+from harness.settings import Settings
+from harness.stats import Measurement
+
+CHUNK_ROUNDS = 32  # rounds per pair of segments (a segment of each side)
+LIE_FACTOR = 1.5  # a bare batch may take this many times the reported time per call ...
+BARE_SLACK_US = 2000.0  # ... plus this (a message each way, the process's wake-up)
+BARE_US = 20_000.0  # a bare batch makes about this much of reported time in calls ...
+BARE_MAX_CALLS = 10_000  # ... and at most this many
+BARE_BATCHES = 3  # bare batches a side makes; the least counts
+REFEREE_START_S = 120.0  # the referee's start (imports, CUDA) and each of its answers, at most
+
+
+class Broken(Exception):
+    """The directed protocol failed: `judged` is the verdict to record instead (`own`: the
+    worker's own final verdict, a failure it reported in place of an answer)."""
+
+    def __init__(self, judged: Judged, own: bool = False) -> None:
+        super().__init__(judged.detail)
+        self.judged = judged
+        self.own = own
+
+
+@dataclass
+class Segment:
+    """One segment as the parent's clock saw it."""
+
+    chunk: int
+    side: str
+    count: int
+    wall_us: float
+    claimed_us: float
+    waits: bool
+    checks: int = 0
+
+
+@dataclass
+class Sampling:
+    """What the parent kept of one directed sampling: both sides' samples, each segment as its
+    clock saw it, and the solution's bare batch (`bare`: calls, microseconds), if one ran."""
+
+    spec: directed.Spec
+    reference: Measurement
+    solution: Measurement
+    segments: list[Segment] = field(default_factory=list)
+    bare: tuple[int, float] | None = None
+    control: tuple[int, float] | None = None  # the reference's bare batch, at the referee
+
+    def ratio(self) -> float | None:
+        """The solution's bare batch's time per call by the parent's clock, over its reported
+        time per call."""
+        return _ratio(self.bare, per_call_us(self.solution))
+
+    def control_ratio(self) -> float:
+        """The same ratio of the reference's bare batch, whose times are the referee's: what
+        the machine's load and a warm cache do to such a batch now (1 at least)."""
+        return max(1.0, _ratio(self.control, per_call_us(self.reference)) or 1.0)
+
+    def confirmed(self) -> str | None:
+        """None when the parent's clock bears out the solution's reported time, else why not:
+        its bare batch may take LIE_FACTOR times its reported time, times what the reference's
+        batch took over its own (the load), plus BARE_SLACK_US."""
+        if self.bare is None:
+            return None
+        count, wall_us = self.bare
+        claimed = per_call_us(self.solution)
+        allowed = LIE_FACTOR * self.control_ratio() * count * claimed + BARE_SLACK_US
+        if wall_us <= allowed:
+            return None
+        return (
+            f"benchmark {self.spec.bench!r} ({self.spec.kind}): {count} of its calls back to back "
+            f"took {wall_us / count:.4g} us each by the harness's clock, outside its process, "
+            f"against the {claimed:.4g} us it reported ({self.ratio():.1f}x; the reference's "
+            f"batch {self.control_ratio():.2f}x its own): its report is not its own"
+        )
+
+
+def per_call_us(measured: Measurement) -> float:
+    """What one timed call costs by a side's report: its median, or its host time where that
+    is longer (a call whose launches outlast its kernels)."""
+    return max(measured.median_us, measured.host_us or 0.0)
+
+
+def _ratio(batch: tuple[int, float] | None, per_call_us: float) -> float | None:
+    if batch is None:
+        return None
+    count, wall_us = batch
+    return wall_us / count / max(per_call_us, 1e-3)
+
+
+def bare_count(claimed_us: float) -> int:
+    """How many calls a bare batch makes: about BARE_US of them, within 1 and BARE_MAX_CALLS."""
+    return max(1, min(BARE_MAX_CALLS, math.ceil(BARE_US / max(claimed_us, 1.0))))
+
+
+class RemoteSide:
+    """One process's side of a sampling, as timing.sample sees a call: `segment` sends it a
+    Segment and times the answer with the parent's clock."""
+
+    def __init__(
+        self,
+        name: str,
+        send: Callable[[Any], None],
+        receive: Callable[[float], Any],
+        paused: Callable[[bool], None] | None = None,
+        pid: int | None = None,
+    ) -> None:
+        self.name = name
+        self.send = send
+        self.receive = receive
+        self.paused = paused  # stops the worker while this side times, and lets it go after
+        self.pid = pid  # the side's process, whose time in the run queue the clock leaves out
+
+    def __call__(self) -> object:  # timing.sample's calls are run by DirectedTimer alone
+        raise TypeError("a remote side is timed by DirectedTimer")
+
+    def segment(self, count: int, cover_us: float | None, first: bool) -> tuple[Any, float]:
+        """`count` timed calls: the side's answer, and the parent's clock around it."""
+        answer, wall_us = self.ask(directed.Segment(count, cover_us, first), "timed calls")
+        if len(answer.times_us) != count:
+            self._refused(answer, "timed calls")
+        return answer, wall_us
+
+    def ask(self, request: Any, asked: str) -> tuple[directed.Timed, float]:
+        """`request`'s Timed answer, and the parent's clock around it (microseconds), less the
+        time the side's main thread waited in the run queue meanwhile: on a busy machine that
+        is other processes' time, not the side's."""
+        if self.paused is not None:
+            self.paused(True)
+        try:
+            queued = run_queue_ns(self.pid)
+            begin = time.perf_counter()
+            self.send(request)
+            answer = self.receive(REFEREE_START_S)
+            wall_us = (time.perf_counter() - begin) * 1e6
+            wall_us -= (run_queue_ns(self.pid) - queued) / 1e3
+        finally:
+            if self.paused is not None:
+                self.paused(False)
+        if not isinstance(answer, directed.Timed):
+            self._refused(answer, asked)
+        return answer, wall_us
+
+    def _refused(self, answer: Any, asked: str) -> NoReturn:
+        if isinstance(answer, Done) and self.name == "worker" and not answer.judged.ok:
+            raise Broken(answer.judged, own=True)  # it failed while timed: a spot check, say
+        if self.name == "referee":
+            raise RefereeFailed(f"the referee answered {shown(answer)}")
+        raise Broken(reject("report_unconfirmed", _out_of_turn(answer, asked)))
+
+
+def run_queue_ns(pid: int | None) -> int:
+    """How long process `pid`'s main thread has waited in the run queue so far, in nanoseconds,
+    as the kernel accounts it (/proc/PID/schedstat); 0 where that cannot be read."""
+    if pid is None:
+        return 0
+    try:
+        with open(f"/proc/{pid}/schedstat", encoding="ascii") as stat:
+            return int(stat.read().split()[1])
+    except (OSError, IndexError, ValueError):
+        return 0
+
+
+class DirectedTimer:
+    """A Timer (harness.measure.timing) whose calls are RemoteSides: each chunk of rounds goes
+    to the two processes as one segment each, in the order the rounds turn; the parent's clock
+    is kept for every segment (`segments`)."""
+
+    def __init__(self, method: str, sides: dict[str, RemoteSide], gpu: bool) -> None:
+        self.method = method
+        self.sides = sides
+        self.gpu = gpu
+        self.host_us: dict[str, float] = {}
+        self.synchronizing: dict[str, bool] = {}
+        self.segments: list[Segment] = []
+        self.chunk = 0
+
+    def run(self, calls: list[Any]) -> list[float]:
+        names = [getattr(call, "name", "") for call in calls]
+        times: list[float] = [0.0] * len(calls)
+        for start in range(0, len(calls), 2 * CHUNK_ROUNDS):
+            block = range(start, min(start + 2 * CHUNK_ROUNDS, len(calls)))
+            order = list(dict.fromkeys(names[i] for i in block))
+            for name in order:
+                places = [i for i in block if names[i] == name]
+                answer, wall_us = self.sides[name].segment(
+                    len(places), self.cover(), not self.segments
+                )
+                for place, value in zip(places, answer.times_us, strict=True):
+                    times[place] = value
+                self._kept(name, answer, wall_us)
+            self.chunk += 1
+        return times
+
+    def cover(self) -> float | None:
+        """The sleep before each call, the same for both sides: enough for the slower host."""
+        if not self.gpu or self.method != "cuda_events":
+            return None
+        return CudaTimer.cover_us(max(self.host_us.values(), default=50.0))
+
+    def _kept(self, name: str, answer: directed.Timed, wall_us: float) -> None:
+        if answer.host_us is not None:
+            self.host_us[name] = answer.host_us
+        if answer.waits is not None:
+            self.synchronizing[name] = answer.waits
+        claimed = sum(answer.times_us)
+        waits = bool(answer.waits)
+        count = len(answer.times_us)
+        checks = answer.checks if name == "solution" else 0
+        self.segments.append(Segment(self.chunk, name, count, wall_us, claimed, waits, checks))
+
+
+def reject(rule: str, detail: str) -> Judged:
+    """The `rejected` verdict of rule `rule` (one of harness.verdicts.REJECTIONS)."""
+    if rule not in verdicts.REJECTIONS:
+        raise ValueError(f"{rule!r} is not a rule of harness.verdicts.REJECTIONS")
+    return Judged(verdicts.REJECTED, f"{detail} [rule: {rule}]", reason=rule)
+
+
+def _out_of_turn(answer: Any, asked: str) -> str:
+    """Why a worker's answer to a request for `asked` is refused."""
+    if isinstance(answer, Done):
+        status = answer.judged.status
+        return f"the worker sent a final report ({status}) in place of the {asked} it was asked for"
+    return f"the worker answered {shown(answer)} in place of the {asked} it was asked for"
+
+
+def shown(answer: Any) -> str:
+    text = repr(answer)
+    return text if len(text) <= 80 else text[:77] + "..."
+
+
+def kernelbench_sampled(
+    sides: dict[str, RemoteSide], settings: Settings, timer: DirectedTimer
+) -> Any:
+    """KernelBench's timing, directed: each side on its own, the solution first."""
+    trials = settings.checking.kernelbench_trials or kernelbench.TRIALS
+    count = trials + kernelbench.DISCARDED
+    measured = {}
+    for name in ("solution", "reference"):
+        answer, wall_us = sides[name].segment(count, None, True)
+        timer._kept(name, answer, wall_us)
+        times = answer.times_us[kernelbench.DISCARDED :]
+        measured[name] = Measurement(tuple(times), "kernelbench")
+    return Sampled(
+        {"reference": measured["reference"], "solution": measured["solution"]},
+        "kernelbench",
+        [trials],
+    )
+
+
+class RefereeFailed(Exception):
+    """The referee failed: the harness's failure, never the solution's."""
