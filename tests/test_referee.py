@@ -17,7 +17,7 @@ import torch
 from harness import verdicts
 from harness.loading import Seeds, load_problem, make_inputs
 from harness.measure import directed, referee
-from harness.run import refereeing
+from harness.run import rounds
 from harness.settings import Checking, Settings
 from harness.stats import Measurement
 from tests.conftest import FIXTURES, CliRun
@@ -84,7 +84,7 @@ def test_what_reaches_no_reference_is_judged_as_it_is(doors_run: CliRun, name: s
     assert len(record["benchmarks"]) == 2
     for row in record["benchmarks"]:
         assert row["outside_ratio"] is not None
-        assert row["outside_ratio"] <= refereeing.LIE_FACTOR + 1  # bare calls, a cold cache
+        assert row["outside_ratio"] <= rounds.LIE_FACTORS["cpu"] + 1  # bare calls, a cold cache
         assert len(row["reference"]["times_us"]) == len(row["solution"]["times_us"])
 
 
@@ -168,13 +168,13 @@ def test_the_referee_compares_only_the_checks_of_its_plan(tmp_path: Path) -> Non
 
 def kept(
     median_us: float, bare: tuple[int, float], control: tuple[int, float] = (100, 10_000.0)
-) -> refereeing.Sampling:
+) -> rounds.Sampling:
     """A sampling whose solution reported `median_us` a call; the reference 100 us a call, its
     bare batch `control`."""
-    spec = directed.Spec("b", "forward", "wall_clock")
+    spec = directed.Spec("b", "forward", "cuda_events", device="cuda:0")
     solution = Measurement((median_us,) * 10, "wall_clock")
     reference = Measurement((100.0,) * 10, "wall_clock")
-    return refereeing.Sampling(spec, reference, solution, bare=bare, control=control)
+    return rounds.Sampling(spec, reference, solution, bare=bare, control=control)
 
 
 def test_a_bare_batch_that_bears_out_the_report_confirms_it() -> None:
@@ -196,12 +196,12 @@ def test_a_load_that_slows_the_references_batch_too_widens_the_bound() -> None:
 
 def test_the_slack_covers_the_messages_of_a_short_batch() -> None:
     claimed = 0.5  # a report of half a microsecond: the batch is capped, the slack absolute
-    count = refereeing.bare_count(claimed)
-    assert count == refereeing.BARE_MAX_CALLS
-    assert kept(claimed, (count, count * claimed + refereeing.BARE_SLACK_US)).confirmed() is None
+    count = rounds.bare_count(claimed)
+    assert count == rounds.BARE_MAX_CALLS
+    assert kept(claimed, (count, count * claimed + rounds.BARE_SLACK_US)).confirmed() is None
 
 
-class FakeSide(refereeing.RemoteSide):
+class FakeSide(rounds.RemoteSide):
     """A side that answers each segment at once, its calls taking `each_us`."""
 
     def __init__(self, name: str, each_us: float, log: list) -> None:
@@ -221,10 +221,10 @@ def test_the_directed_timer_pairs_rounds_in_chunks_and_covers_both_sides_alike()
         "reference": FakeSide("reference", 40.0, log),
         "solution": FakeSide("solution", 8.0, log),
     }
-    timer = refereeing.DirectedTimer("cuda_events", sides, gpu=True)
-    rounds = timing._rounds(sides, ["reference", "solution"], 0, 40)  # type: ignore[arg-type]
-    times = timer.run(rounds)
-    assert times == [40.0 if call.name == "reference" else 8.0 for call in rounds]
+    timer = rounds.DirectedTimer("cuda_events", sides, gpu=True)
+    calls = timing._rounds(sides, ["reference", "solution"], 0, 40)  # type: ignore[arg-type]
+    times = timer.run(calls)
+    assert times == [40.0 if call.name == "reference" else 8.0 for call in calls]
     # 40 rounds: a chunk of 32 (each side one segment of 32), then one of 8
     assert [(name, count) for name, count, _ in log] == [
         ("reference", 32), ("solution", 32), ("reference", 8), ("solution", 8),
@@ -238,8 +238,8 @@ def test_a_worker_failure_reported_while_timed_stands_as_its_own() -> None:
     from harness.measure.messages import Done, Judged
 
     failed = Judged(verdicts.INCORRECT, "benchmark 'b', timed call 3: wrong")
-    side = refereeing.RemoteSide("worker", lambda m: None, lambda t: Done(failed))
-    with pytest.raises(refereeing.Broken) as broken:
+    side = rounds.RemoteSide("worker", lambda m: None, lambda t: Done(failed))
+    with pytest.raises(rounds.Broken) as broken:
         side.segment(4, None, True)
     assert broken.value.own and broken.value.judged == failed
 
@@ -247,8 +247,8 @@ def test_a_worker_failure_reported_while_timed_stands_as_its_own() -> None:
 def test_an_ok_reported_in_place_of_an_answer_is_rejected() -> None:
     from harness.measure.messages import Done, Judged
 
-    side = refereeing.RemoteSide("worker", lambda m: None, lambda t: Done(Judged(verdicts.OK)))
-    with pytest.raises(refereeing.Broken) as broken:
+    side = rounds.RemoteSide("worker", lambda m: None, lambda t: Done(Judged(verdicts.OK)))
+    with pytest.raises(rounds.Broken) as broken:
         side.segment(4, None, True)
     assert broken.value.judged.reason == "report_unconfirmed"
 

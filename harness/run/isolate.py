@@ -179,6 +179,8 @@ def run_isolated(
             if judge is not None:
                 _refereed(judge, process, lambda: judge.direct(event.spec))
             return
+        if event == Phase("check") and judge is not None:  # it loaded: its referee will be needed
+            _refereed(judge, process, judge.start)
         if isinstance(event, ReadyToTime):
             if judge is not None:
                 _refereed(judge, process, lambda: judge.compare_evidence(final=False))

@@ -80,10 +80,15 @@ class Judge:
 
     # the referee's process
 
-    def ask(self, request: Any) -> Any:
-        """The referee's answer to `request` (started first, when it is not yet running)."""
+    def start(self) -> None:
+        """Start the referee now, unless it runs: it imports and starts CUDA while the worker
+        checks, so that the first answer the worker waits for costs no start."""
         if self.process is None:
             self._start()
+
+    def ask(self, request: Any) -> Any:
+        """The referee's answer to `request` (started first, when it is not yet running)."""
+        self.start()
         self.conn.send(request)
         return self._receive(REFEREE_START_S)
 
@@ -99,10 +104,13 @@ class Judge:
         context = multiprocessing.get_context("spawn")
         self.conn, theirs = context.Pipe()
         args = (self.job.problem, self.job.reference, self.settings, self._log_path(), theirs)
-        self.process = context.Process(target=referee.main, args=args, daemon=True)
+        process = context.Process(target=referee.main, args=args, daemon=True)
         mask = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
         try:
-            self.process.start()
+            process.start()
+            self.process = process
+        except OSError as err:  # no process to be had: the harness's failure
+            raise RefereeFailed(f"the referee could not start: {err}") from err
         finally:
             signal.pthread_sigmask(signal.SIG_SETMASK, mask)
         theirs.close()
@@ -194,23 +202,30 @@ class Judge:
         )
         kept = Sampling(spec, end.reference, end.solution, timer.segments)
         if spec.timer != "per_call":
-            kept.control = self._bare(sides["reference"], rounds.per_call_us(kept.reference))
-            kept.bare = self._bare(sides["solution"], rounds.per_call_us(kept.solution))
+            kept.control, kept.bare = self._bare(sides, kept)
         self.to_worker(end)
         self.conn.send(end)
         self._answer_after_serving()
         self.samplings.append(kept)
         self._log(kept)
 
-    def _bare(self, side: RemoteSide, per_call_us: float) -> tuple[int, float]:
-        """`side`'s calls back to back, bare (no fresh inputs, checks or flushes), then a wait
-        for the device, the parent's clock around them: (calls, microseconds), the least of
-        rounds.BARE_BATCHES such batches (the one least preempted on a busy machine)."""
-        count = rounds.bare_count(per_call_us)
-        walls = [
-            side.ask(directed.Bare(count), "bare batch")[1] for _ in range(rounds.BARE_BATCHES)
-        ]
-        return count, min(walls)
+    def _bare(
+        self, sides: dict[str, RemoteSide], kept: Sampling
+    ) -> tuple[tuple[int, float], tuple[int, float]]:
+        """Each side's calls back to back, bare (no fresh inputs, checks or flushes), then a
+        wait for the device, the parent's clock around them: (calls, microseconds) of the
+        reference's and of the solution's, the least of rounds.BARE_BATCHES batches each (the
+        one least preempted on a busy machine), the two sides' batches taken in turn."""
+        counts = {
+            "reference": rounds.bare_count(rounds.per_call_us(kept.reference)),
+            "solution": rounds.bare_count(rounds.per_call_us(kept.solution)),
+        }
+        walls: dict[str, list[float]] = {"reference": [], "solution": []}
+        for _ in range(rounds.BARE_BATCHES):
+            for name, side in sides.items():
+                walls[name].append(side.ask(directed.Bare(counts[name]), "bare batch")[1])
+        least = {name: (counts[name], min(walls[name])) for name in sides}
+        return least["reference"], least["solution"]
 
     def _log(self, kept: Sampling) -> None:
         """A line on the sampling in the referee's log: what the parent's clock saw."""

@@ -26,7 +26,9 @@ from harness.settings import Settings
 from harness.stats import Measurement
 
 CHUNK_ROUNDS = 32  # rounds per pair of segments (a segment of each side)
-LIE_FACTOR = 1.5  # a bare batch may take this many times the reported time per call ...
+# A bare batch may take this many times the reported time per call, by where it ran (a CPU's
+# batches of multithreaded calls wander more under load than a GPU's) ...
+LIE_FACTORS = {"cpu": 2.0, "cuda": 1.5}
 BARE_SLACK_US = 2000.0  # ... plus this (a message each way, the process's wake-up)
 BARE_US = 20_000.0  # a bare batch makes about this much of reported time in calls ...
 BARE_MAX_CALLS = 10_000  # ... and at most this many
@@ -79,15 +81,19 @@ class Sampling:
         the machine's load and a warm cache do to such a batch now (1 at least)."""
         return max(1.0, _ratio(self.control, per_call_us(self.reference)) or 1.0)
 
+    def lie_factor(self) -> float:
+        """How many times its reported time a bare batch may take where it ran (LIE_FACTORS)."""
+        return LIE_FACTORS["cpu" if self.spec.device == "cpu" else "cuda"]
+
     def confirmed(self) -> str | None:
         """None when the parent's clock bears out the solution's reported time, else why not:
-        its bare batch may take LIE_FACTOR times its reported time, times what the reference's
+        its bare batch may take `lie_factor` times its reported time, times what the reference's
         batch took over its own (the load), plus BARE_SLACK_US."""
         if self.bare is None:
             return None
         count, wall_us = self.bare
         claimed = per_call_us(self.solution)
-        allowed = LIE_FACTOR * self.control_ratio() * count * claimed + BARE_SLACK_US
+        allowed = self.lie_factor() * self.control_ratio() * count * claimed + BARE_SLACK_US
         if wall_us <= allowed:
             return None
         return (
