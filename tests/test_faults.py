@@ -410,17 +410,17 @@ def test_a_killed_run_takes_its_hanging_worker_with_it(tmp_path: Path, launch: L
         return any("hanging in forward" in p.read_text() for p in tmp_path.glob("logs/*/*.log"))
 
     wait_for("the worker to hang", hanging)
-    workers = {
+    workers = {  # its worker, and its referee (started as the worker began its checks)
         pid for pid, command in session_members(process.pid).items() if "spawn_main" in command
     }
-    assert len(workers) == 1, session_members(process.pid)
+    assert len(workers) == 2, session_members(process.pid)
     process.kill()  # SIGKILL: run.py gets no chance to stop its worker itself
     process.wait()
 
     def gone() -> bool:
         return not workers & set(session_members(process.pid))
 
-    wait_for("the worker to die with run.py", gone, 10)
+    wait_for("the worker and its referee to die with run.py", gone, 10)
 
 
 def test_a_ctrl_c_that_reaches_a_starting_worker_does_not_kill_it(

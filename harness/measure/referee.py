@@ -47,6 +47,7 @@ from harness.measure import (
     gradients,
     hardware,
     kernelbench,
+    worker,
 )
 from harness.measure.timing import WallTimer
 from harness.settings import KERNELBENCH, Settings
@@ -219,6 +220,7 @@ def _with_mode(settings: Settings, mode: str) -> Settings:
 def main(problem_name: str, reference: str, settings: Settings, log_path: str, conn: Any) -> None:
     """The referee's process: answer the parent on `conn` until it closes."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the parent's to handle
+    worker.die_with_parent()  # killed with the run, even when the run is killed outright
     try:  # where its log cannot be written, it works on: its answers carry its failures
         Path(log_path).parent.mkdir(parents=True, exist_ok=True)
         log = open(log_path, "a", buffering=1, encoding="utf-8")  # noqa: SIM115 (lives with it)

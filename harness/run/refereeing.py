@@ -202,7 +202,8 @@ class Judge:
         )
         kept = Sampling(spec, end.reference, end.solution, timer.segments)
         if spec.timer != "per_call":
-            kept.control, kept.bare = self._bare(sides, kept)
+            kept.control, kept.bare, kept.bare_cpu_us = self._bare(sides, kept)
+            kept.cores = rounds.cores_of(self.worker_pid)
         self.to_worker(end)
         self.conn.send(end)
         self._answer_after_serving()
@@ -211,21 +212,24 @@ class Judge:
 
     def _bare(
         self, sides: dict[str, RemoteSide], kept: Sampling
-    ) -> tuple[tuple[int, float], tuple[int, float]]:
+    ) -> tuple[tuple[int, float], tuple[int, float], float]:
         """Each side's calls back to back, bare (no fresh inputs, checks or flushes), then a
         wait for the device, the parent's clock around them: (calls, microseconds) of the
         reference's and of the solution's, the least of rounds.BARE_BATCHES batches each (the
-        one least preempted on a busy machine), the two sides' batches taken in turn."""
+        one least preempted on a busy machine), the two sides' batches taken in turn; and the
+        processor time of the solution's least batch."""
         counts = {
             "reference": rounds.bare_count(rounds.per_call_us(kept.reference)),
             "solution": rounds.bare_count(rounds.per_call_us(kept.solution)),
         }
-        walls: dict[str, list[float]] = {"reference": [], "solution": []}
+        walls: dict[str, list[tuple[float, float]]] = {"reference": [], "solution": []}
         for _ in range(rounds.BARE_BATCHES):
             for name, side in sides.items():
-                walls[name].append(side.ask(directed.Bare(counts[name]), "bare batch")[1])
-        least = {name: (counts[name], min(walls[name])) for name in sides}
-        return least["reference"], least["solution"]
+                wall_us = side.ask(directed.Bare(counts[name]), "bare batch")[1]
+                walls[name].append((wall_us, side.cpu_us))
+        least = {name: min(walls[name]) for name in sides}
+        reference, solution = least["reference"], least["solution"]
+        return (counts["reference"], reference[0]), (counts["solution"], solution[0]), solution[1]
 
     def _log(self, kept: Sampling) -> None:
         """A line on the sampling in the referee's log: what the parent's clock saw."""
@@ -233,7 +237,8 @@ class Judge:
         line = (
             f"parent: {kept.spec.bench} {kept.spec.kind} {kept.spec.timer}: {segments} segments, "
             f"bare {kept.bare}, ratio {kept.ratio()}, the reference's {kept.control}, "
-            f"ratio {kept.control_ratio()}\n"
+            f"ratio {kept.control_ratio()}, processor time {kept.bare_cpu_us} us on "
+            f"{kept.cores} processor(s)\n"
         )
         each = " ".join(
             f"{s.side[0]}{s.count}:{s.wall_us:.0f}/{s.claimed_us:.0f}" for s in kept.segments

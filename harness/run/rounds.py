@@ -13,9 +13,11 @@ reference's own batch shows what the machine's load does now.
 from __future__ import annotations
 
 import math
+import os
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, NoReturn
 
 from harness import verdicts
@@ -70,6 +72,10 @@ class Sampling:
     segments: list[Segment] = field(default_factory=list)
     bare: tuple[int, float] | None = None
     control: tuple[int, float] | None = None  # the reference's bare batch, at the referee
+    # On a CPU: the processor time the solution's least bare batch took (microseconds), and
+    # how many processors its worker may use
+    bare_cpu_us: float | None = None
+    cores: int = 1
 
     def ratio(self) -> float | None:
         """The solution's bare batch's time per call by the parent's clock, over its reported
@@ -80,6 +86,18 @@ class Sampling:
         """The same ratio of the reference's bare batch, whose times are the referee's: what
         the machine's load and a warm cache do to such a batch now (1 at least)."""
         return max(1.0, _ratio(self.control, per_call_us(self.reference)) or 1.0)
+
+    def _busy_machine(self) -> bool:
+        """On a CPU, whether the processor time of the solution's bare batch bears out its
+        report where the wall clock did not: a machine busy with other work stretches a batch's
+        wall time, not its processor time. Its threads may run on every processor it may use,
+        so the batch's processor time may be `lie_factor` times the reported time on each."""
+        if self.spec.device != "cpu" or self.bare is None or self.bare_cpu_us is None:
+            return False
+        count = self.bare[0]
+        claimed = per_call_us(self.solution)
+        allowed = self.lie_factor() * self.cores * count * claimed + BARE_SLACK_US
+        return self.bare_cpu_us <= allowed
 
     def lie_factor(self) -> float:
         """How many times its reported time a bare batch may take where it ran (LIE_FACTORS)."""
@@ -94,7 +112,7 @@ class Sampling:
         count, wall_us = self.bare
         claimed = per_call_us(self.solution)
         allowed = self.lie_factor() * self.control_ratio() * count * claimed + BARE_SLACK_US
-        if wall_us <= allowed:
+        if wall_us <= allowed or self._busy_machine():
             return None
         return (
             f"benchmark {self.spec.bench!r} ({self.spec.kind}): {count} of its calls back to back "
@@ -139,6 +157,7 @@ class RemoteSide:
         self.receive = receive
         self.paused = paused  # stops the worker while this side times, and lets it go after
         self.pid = pid  # the side's process, whose time in the run queue the clock leaves out
+        self.cpu_us = 0.0  # the processor time its threads took during the last request
 
     def __call__(self) -> object:  # timing.sample's calls are run by DirectedTimer alone
         raise TypeError("a remote side is timed by DirectedTimer")
@@ -157,12 +176,13 @@ class RemoteSide:
         if self.paused is not None:
             self.paused(True)
         try:
-            queued = run_queue_ns(self.pid)
+            queued, spent = run_queue_ns(self.pid), cpu_ns(self.pid)
             begin = time.perf_counter()
             self.send(request)
             answer = self.receive(REFEREE_START_S)
             wall_us = (time.perf_counter() - begin) * 1e6
             wall_us -= (run_queue_ns(self.pid) - queued) / 1e3
+            self.cpu_us = (cpu_ns(self.pid) - spent) / 1e3
         finally:
             if self.paused is not None:
                 self.paused(False)
@@ -188,6 +208,28 @@ def run_queue_ns(pid: int | None) -> int:
             return int(stat.read().split()[1])
     except (OSError, IndexError, ValueError):
         return 0
+
+
+def cpu_ns(pid: int | None) -> int:
+    """The processor time every thread of process `pid` has taken so far, in nanoseconds, as
+    the kernel accounts it (/proc/PID/task/*/schedstat); 0 where that cannot be read."""
+    if pid is None:
+        return 0
+    total = 0
+    for stat in Path(f"/proc/{pid}/task").glob("*/schedstat"):
+        try:
+            total += int(stat.read_text(encoding="ascii").split()[0])
+        except (OSError, IndexError, ValueError):
+            continue
+    return total
+
+
+def cores_of(pid: int | None) -> int:
+    """How many processors process `pid` may run on (its affinity), else this machine's."""
+    try:
+        return len(os.sched_getaffinity(pid or 0))
+    except (OSError, AttributeError):
+        return os.cpu_count() or 1
 
 
 class DirectedTimer:
