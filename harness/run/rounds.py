@@ -30,11 +30,13 @@ from harness.stats import Measurement
 CHUNK_ROUNDS = 32  # rounds per pair of segments (a segment of each side)
 # A bare batch may take this many times the reported time per call, by where it ran (a CPU's
 # batches of multithreaded calls wander more under load than a GPU's) ...
-LIE_FACTORS = {"cpu": 2.0, "cuda": 1.5}
+LIE_FACTORS = {"cpu": 3.0, "cuda": 1.5}
 BARE_SLACK_US = 2000.0  # ... plus this (a message each way, the process's wake-up)
 BARE_US = 20_000.0  # a bare batch makes about this much of reported time in calls ...
 BARE_MAX_CALLS = 10_000  # ... and at most this many
-BARE_BATCHES = 3  # bare batches a side makes; the least counts
+BARE_BATCHES = 3  # bare batches a side makes in a try; the least counts
+BARE_TRIES = 2  # tries of them, the second only where the first was not borne out ...
+BARE_PAUSE_S = 1.0  # ... after this pause
 REFEREE_START_S = 120.0  # the referee's start (imports, CUDA) and each of its answers, at most
 
 
