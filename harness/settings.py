@@ -116,7 +116,9 @@ class StopRule:
     """
 
     warmup_ms: float = option(50.0, "untimed rounds first, for this long")
-    min_samples: int = option(10, "samples per call, at least")
+    min_samples: int = option(
+        10, "samples per call, at least (default: 10, or --max-samples where lower)", resolved=True
+    )
     max_samples: int = option(2000, "samples per call, at most")
     target_rse: float = option(
         0.005, "stop once each call's relative standard error of the mean is below this"
@@ -427,7 +429,8 @@ def from_flags(args: argparse.Namespace, **resolved: Any) -> Settings:
     for name, value in values.items():
         if isinstance(value, Path):
             values[name] = value.resolve()
-    values["min_samples"] = min(values["min_samples"], values["max_samples"])
+    if values.get("min_samples") is None:  # not given: the default, within --max-samples
+        values["min_samples"] = min(StopRule.min_samples, values["max_samples"])
     return _from_values(Settings, values)
 
 

@@ -134,6 +134,57 @@ def test_every_numeric_flag_has_its_range_checked() -> None:
     assert parser_flags == {flags[0] for flags in OUT_OF_RANGE}
 
 
+ABSURD = [  # a value past the flag's sane bound (harness.run.flags.MOST), and the bound said
+    (["--trials", "1000000000"], "--trials must be at most 1000 (got 1000000000)"),
+    (["--timeout", "1e12"], "--timeout must be at most 86400 (got 1e+12)"),
+    (["--build-timeout", "1e6"], "--build-timeout must be at most 86400 (got 1e+06)"),
+    (["--build-jobs", "100000"], "--build-jobs must be at most 1024 (got 100000)"),
+    (["--max-samples", "10000000"], "--max-samples must be at most 1000000 (got 10000000)"),
+    (["--budget-ms", "1e9"], "--budget-ms must be at most 3.6e+06 (got 1e+09)"),
+    (["--memory-gb", "100000"], "--memory-gb 100000 is more than this machine's"),
+    (
+        ["--min-samples", "100", "--max-samples", "10"],
+        "--min-samples must be at least 1 and at most 10",
+    ),
+]
+
+
+@pytest.mark.parametrize(
+    ("flags", "said"), ABSURD, ids=lambda v: v[0] if isinstance(v, list) else ""
+)
+def test_an_absurd_value_or_a_contradiction_is_refused_in_one_line(
+    flags: list[str], said: str, capsys
+) -> None:
+    with pytest.raises(SystemExit) as exit_:
+        run.main(["--problem", str(TOY), *flags])
+    assert exit_.value.code == run.EXIT_USAGE
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err[-1].startswith(f"run.py: error: {said}"), err[-1]
+
+
+def test_a_max_samples_below_the_default_minimum_lowers_it_and_a_given_one_stays() -> None:
+    from harness import settings
+
+    lowered = settings.from_flags(run_flags.parse_args(["--all", "--max-samples", "5"]))
+    assert (lowered.timing.rule.min_samples, lowered.timing.rule.max_samples) == (5, 5)
+    given = settings.from_flags(run_flags.parse_args(["--all", "--min-samples", "3"]))
+    assert given.timing.rule.min_samples == 3
+
+
+@pytest.mark.parametrize(
+    ("argv", "said"),
+    [
+        (["--forget", "raises"], "--forget needs --problem"),
+        ([], "say what to do: one of --problem --all --problems --list --render --compare"),
+    ],
+)
+def test_a_run_without_what_to_do_says_what_is_missing(argv: list[str], said: str, capsys) -> None:
+    with pytest.raises(SystemExit) as exit_:
+        run.main(argv)
+    assert exit_.value.code == run.EXIT_USAGE
+    assert capsys.readouterr().err.strip().splitlines()[-1].startswith(f"run.py: error: {said}")
+
+
 @pytest.mark.skipif(torch.cuda.is_available(), reason="checks the error seen without a GPU")
 def test_asking_for_cuda_without_a_gpu(cli: CliRun, capsys) -> None:
     code = cli("--problem", str(TOY), "--solution", toy_solution("good"), "--device", "cuda")

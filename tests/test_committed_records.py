@@ -5,13 +5,15 @@ from __future__ import annotations
 
 import json
 import shutil
+import subprocess
 
 import pytest
 
 from harness import codec, record, verdicts
-from harness.record import RunRecord
+from harness.record import Machine, RunRecord
 from harness.results import baselines, comparison, report, summary
-from harness.settings import Limits, StopRule
+from harness.run import machine
+from harness.settings import HARNESS, KERNELBENCH, Checking, Limits, Settings, StopRule
 from tests.conftest import REPO
 
 H200 = REPO / "results" / "nvidia-h200"
@@ -196,9 +198,24 @@ def _shape_lines(text: str) -> list[str]:
     return [line for line in text.splitlines() if line.startswith(("| multilabel", "| smooth"))]
 
 
-COMMITTED = sorted(  # results/cpu, which a run without a GPU writes, is local (.gitignore)
-    p.name for p in (REPO / "results").iterdir() if (p / "runs.jsonl").exists() and p.name != "cpu"
+COMMITTED = sorted(  # results/cpu*, which runs without a GPU write, are local (.gitignore)
+    p.name
+    for p in (REPO / "results").iterdir()
+    if (p / "runs.jsonl").exists() and not (p.name == "cpu" or p.name.startswith("cpu-"))
 )
+
+
+@pytest.mark.parametrize("profile", [HARNESS, KERNELBENCH])
+def test_what_a_run_without_a_gpu_writes_is_left_out_of_git_in_every_profile(
+    profile: str,
+) -> None:
+    settings = Settings(device="cpu", checking=Checking(profile=profile))
+    folder = machine.results_folder(settings, Machine(gpu=None))
+    written = folder / "runs.jsonl"
+    ignored = subprocess.run(
+        ["git", "check-ignore", "--no-index", "-q", str(written.relative_to(REPO))], cwd=REPO
+    )
+    assert ignored.returncode == 0, f"{written.relative_to(REPO)} is not in .gitignore"
 
 
 @pytest.mark.parametrize("machine", COMMITTED)

@@ -329,3 +329,19 @@ def test_a_removal_by_name_within_a_folder_fd_is_judged_by_that_folder(tmp_path:
     finally:
         os.close(inside_fd)
         os.close(outside_fd)
+
+
+def test_asking_for_a_folder_that_is_there_changes_nothing_and_is_no_violation(
+    tmp_path: Path, monkeypatch
+) -> None:
+    # Inductor's CPU compile calls os.makedirs(".", exist_ok=True): EEXIST, nothing written; a
+    # folder that is not there yet, outside the scratch folder, is still a violation.
+    scratch, outside = tmp_path / "scratch", tmp_path / "outside"
+    for folder in (scratch, outside):
+        folder.mkdir()
+    monkeypatch.chdir(outside)
+    hook = sandbox_policy._Hook(sandbox_policy.Policy(hidden=()), scratch)
+    assert hook.rule("os.mkdir", (".", 0o777, -1)) is None
+    assert hook.rule("os.mkdir", (str(outside), 0o777, -1)) is None
+    assert hook.rule("os.mkdir", ("new", 0o777, -1)) == ("filesystem", "os.mkdir new")
+    assert hook.rule("os.mkdir", (str(scratch / "new"), 0o777, -1)) is None

@@ -61,6 +61,20 @@ def test_a_missing_sweep_folder_is_one_clear_error(tmp_path: Path) -> None:
     assert run.main(["--problems", str(tmp_path / "nowhere")]) == run.EXIT_INPUT
 
 
+def test_a_sweep_that_finds_no_solution_fails_and_says_which_layouts_it_looked_for(
+    tmp_path: Path, capsys
+) -> None:
+    problems, solutions = tmp_path / "problems", tmp_path / "solutions"
+    shutil.copytree(FIXTURES / "toy", problems / "toy")
+    (solutions / "elsewhere").mkdir(parents=True)
+    (solutions / "elsewhere" / "good.py").write_text("class ModelNew: ...\n")
+    argv = ["--problems", str(problems), "--solutions", str(solutions), "--no-audit"]
+    assert run.main(argv) == run.EXIT_INPUT
+    said = capsys.readouterr().err.strip().splitlines()
+    assert len(said) == 1 and "no solutions in" in said[0], said
+    assert "<problem>/*.py" in said[0] and "level_<L>_problem_<N>_sample_<S>_kernel.py" in said[0]
+
+
 SUITE = {"toy": ["good", "wrong_scale", "raises", "hard_exit"], "toy_mean": ["good", "raises"]}
 
 

@@ -33,6 +33,7 @@ if TYPE_CHECKING:
 
 PROBLEMS_DIR = REPO / "problems"
 SOLUTIONS_DIR = REPO / "solutions"
+KERNELBENCH_SAMPLE = "level_<L>_problem_<N>_sample_<S>_kernel.py"  # KernelBench's layout
 Work = list[tuple["ProblemSource", list[Path]]]
 
 
@@ -50,9 +51,18 @@ def chosen_problems(args: argparse.Namespace) -> tuple[Work, list[str]]:
         solutions = args.solutions or SOLUTIONS_DIR
         sources = sweep_sources(args.problems, solutions)
         missing = [s.name for s in sources if not s.solutions]
+        looked_for = f"{solutions}/<problem>/*.py or {solutions}/{KERNELBENCH_SAMPLE}"
+        if len(missing) == len(sources):
+            raise UserError(
+                f"no solutions in {solutions} for any of the {len(sources)} problem(s) of "
+                f"{args.problems}: a sweep looks for {looked_for}"
+            )
         if missing:
             shown = ", ".join(missing[:5]) + (" ..." if len(missing) > 5 else "")
-            print(f"note: no solutions in {solutions} for {len(missing)} problem(s): {shown}")
+            print(
+                f"note: no solutions for {len(missing)} problem(s): {shown} "
+                f"(looked for {looked_for})"
+            )
         return [(s, list(s.solutions)) for s in sources if s.solutions], missing
     if args.all:
         sources = [

@@ -118,6 +118,10 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     """The flags of `argv`, every value and combination checked (argparse's exit 2 if not)."""
     parser = build_parser()
     args = parser.parse_args(argv)
+    if not any(getattr(args, mode) for mode in MODES):
+        if args.forget:
+            parser.error("--forget needs --problem (whose table should it drop the rows of?)")
+        parser.error(f"say what to do: one of {' '.join('--' + m for m in MODES)}")
     if args.solution and not args.problem:
         parser.error("--solution needs --problem (which reference should it be checked against?)")
     if args.case is not None and not args.problem:
@@ -146,9 +150,52 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         settings.within("--threshold", args.threshold, 0, 1)
         if args.build_jobs is not None:
             settings.within("--build-jobs", args.build_jobs, 1)
+        within_bounds(parser, args)
     except ValueError as err:
         parser.error(str(err))
     return args
+
+
+MODES = ("problem", "all", "problems", "list", "render", "compare")  # one of them is required
+# The most each flag may ask for (its least is the settings' own check): beyond these a value
+# is a typo, not a wish (--trials 1000000000 would check for years)
+MOST = {
+    "trials": 1000,
+    "kernelbench_trials": 100_000,
+    "max_samples": 1_000_000,
+    "warmup_ms": 600_000.0,
+    "budget_ms": 3_600_000.0,
+    "build_s": 86_400.0,
+    "run_s": 86_400.0,
+    "build_jobs": 1024,
+    "max_processes": 1 << 22,  # Linux's largest pid_max
+}
+
+
+def within_bounds(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
+    """Refuse a value above its flag's bound (MOST) or a --memory-gb above this machine's
+    memory (ValueError, naming the flag). A --min-samples above the --max-samples given with
+    it is refused by the stop rule itself."""
+    flags = {a.dest: a.option_strings[0] for a in parser._actions if a.option_strings}
+    for name, most in MOST.items():
+        value = getattr(args, name, None)
+        if value is not None and value > most:
+            shown = [f"{n:g}" if isinstance(n, float) else str(n) for n in (most, value)]
+            raise ValueError(f"{flags[name]} must be at most {shown[0]} (got {shown[1]})")
+    memory_gb = machine_memory_gb()
+    if args.memory_gb is not None and memory_gb and args.memory_gb > memory_gb:
+        raise ValueError(
+            f"--memory-gb {args.memory_gb:g} is more than this machine's {memory_gb:.0f} GiB: "
+            "give at most that"
+        )
+
+
+def machine_memory_gb() -> float | None:
+    """This machine's memory in GiB, where the system says (None elsewhere)."""
+    try:
+        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30
+    except (ValueError, OSError, AttributeError):
+        return None
 
 
 def _mode(args: argparse.Namespace) -> str:
@@ -171,7 +218,7 @@ def _epilog() -> str:
 
 def _add_actions(parser: argparse.ArgumentParser) -> None:
     """What to do: run problems, list, render, compare or audit; and which solutions."""
-    what = parser.add_mutually_exclusive_group(required=True)
+    what = parser.add_mutually_exclusive_group()  # one is required: parse_args says so
     what.add_argument(
         "--problem",
         metavar="NAME|PATH",
