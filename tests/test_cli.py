@@ -2,6 +2,7 @@
 
 import os
 import re
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -347,3 +348,27 @@ def test_tables_made_by_an_older_harness_are_named_in_one_line(tmp_path: Path) -
     assert last == git("log", "-1", "--format=%h", "--", "harness")
     assert older == sorted([old, "unknown"])  # made before the last change, or not known here
     assert machine.older_commits({docs_only}, tmp_path) is None
+
+
+@pytest.mark.parametrize(
+    ("flaw", "said"),
+    [
+        ("del get_inputs\n", "it lacks get_inputs"),
+        ("raise RuntimeError('broken problem')\n", "broken problem"),
+    ],
+    ids=["no_get_inputs", "raises_at_import"],
+)
+def test_a_broken_problem_is_refused_before_its_solution_is_built(
+    flaw: str, said: str, tmp_path: Path, capsys
+) -> None:
+    problem = tmp_path / "broken"
+    shutil.copytree(TOY, problem)
+    reference = problem / "reference.py"
+    reference.write_text(reference.read_text() + flaw)
+    builds = tmp_path / "builds"
+    run_it = CliRun(tmp_path, builds)
+    code = run_it("--problem", str(problem), "--solution", toy_solution("cpp_extension"))
+    assert code == run.EXIT_INPUT
+    out, err = capsys.readouterr()
+    assert said in err and "built" not in out, (out, err)
+    assert not builds.exists() or not any(builds.rglob("*.so"))  # nothing compiled

@@ -36,7 +36,7 @@ from pathlib import Path
 
 import torch
 
-from harness.loading import Problem
+from harness.loading import Problem, load_problem
 from harness.measure import audit
 from harness.measure.audit import REJECT, Audited
 from harness.measure.messages import Judged
@@ -46,7 +46,7 @@ from harness.run import replay
 from harness.run.discovery import ProblemSource
 from harness.run.progress import Progress
 from harness.settings import Settings
-from harness.verdicts import UserError
+from harness.verdicts import ProblemRefused, UserError
 
 RunJob = Callable[[Job], Judged]  # runs a job in a worker on one of the run's slots
 ReferenceJob = Callable[[ProblemSource, str, str], Job]  # (source, task, log label) -> Job
@@ -197,6 +197,18 @@ class Preparing:
                 except UserError as err:
                     self.prepared[source.name] = err
             return self.prepared[source.name]
+
+    def refuse_early(self, source: ProblemSource) -> bool:
+        """Whether `source`'s file is refused before anything of it is built: it does not load
+        here (a syntax error, an import that raises, a name of the contract missing). The
+        refusal is kept as the problem's, so that no build is wasted on its solutions."""
+        with self._lock:
+            if source.name not in self.prepared:
+                try:
+                    load_problem(source.name, source.reference)
+                except UserError as err:
+                    self.prepared[source.name] = ProblemRefused(str(err))
+            return isinstance(self.prepared.get(source.name), UserError)
 
     def _batch(self, source: ProblemSource, ready: Iterable[ProblemSource]) -> list[ProblemSource]:
         """`source`, the ready problems and the next AUDIT_BATCH, none asked for before."""

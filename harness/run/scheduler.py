@@ -185,7 +185,8 @@ class Scheduler:
         self.left[unit.source.name] = self.left.get(unit.source.name, 0) + 1
         unit.result = self.session.shortcut(unit.solution, unit.job.content_hash)
         cached = not self.building_only and self.pool.built(unit.job)
-        if unit.result is not None or cached or not builds_at_import(unit.solution):
+        refused = self.preparing.refuse_early(unit.source)  # its problem first: no build wasted
+        if unit.result is not None or cached or refused or not builds_at_import(unit.solution):
             self._ready(unit)  # judged without a build job, or not at all
             return []
         job = replace(unit.job, task="build")  # its log is the judge's, which appends to it
