@@ -12,7 +12,7 @@ import torch
 
 import run
 from harness.run import flags as run_flags
-from tests.conftest import REPO, TOY, CliRun, toy_solution
+from tests.conftest import BUILDS, REPO, TOY, CliRun, toy_solution
 
 
 def test_help_documents_every_flag_and_the_statuses(capsys) -> None:
@@ -372,3 +372,26 @@ def test_a_broken_problem_is_refused_before_its_solution_is_built(
     out, err = capsys.readouterr()
     assert said in err and "built" not in out, (out, err)
     assert not builds.exists() or not any(builds.rglob("*.so"))  # nothing compiled
+
+
+def test_a_failed_compile_baseline_says_why_on_each_row_it_leaves_blank(
+    tmp_path: Path, capsys
+) -> None:
+    problem = tmp_path / "uncompilable"
+    shutil.copytree(TOY, problem)
+    reference = problem / "reference.py"
+    # Inductor finds no C++ compiler: torch.compile fails, eager runs as ever
+    broken = "import torch._inductor.config\ntorch._inductor.config.cpp.cxx = ('/no/such/c++',)\n"
+    reference.write_text(reference.read_text() + broken)
+    run_it = CliRun(tmp_path, BUILDS)
+    quick = ("--max-samples", "5", "--warmup-ms", "0", "--trials", "1")
+    code = run_it(
+        "--problem", str(problem), "--solution", toy_solution("good"), "--compile", *quick
+    )
+    assert code == run.EXIT_OK
+    assert "torch.compile baseline: runtime_error" in capsys.readouterr().err
+    rows = run_it.record("good")["benchmarks"]
+    assert rows and all(r.get("compile") is None for r in rows)
+    assert all("no torch.compile baseline: runtime_error" in r.get("note", "") for r in rows)
+    table = next((tmp_path / "results").glob("*/uncompilable.md")).read_text()
+    assert "no torch.compile baseline: runtime_error" in table

@@ -304,3 +304,38 @@ def test_the_sol_score_is_one_at_the_bound_a_half_at_the_baseline_and_falls_beyo
     assert stats.sol_score(30.0, 30.0, 10.0) == 0.5
     assert stats.sol_score(210.0, 30.0, 10.0) == pytest.approx(1 / 11)
     assert stats.sol_score(20.0, 8.0, 10.0) is None  # a baseline faster than the bound
+
+
+def test_each_torch_compile_is_framed_as_a_build_so_the_build_limit_covers_it(
+    monkeypatch,
+) -> None:
+    # Inductor compiling C++ on a cold CPU takes minutes: the first call of the compiled
+    # reference lies between a BuildStart and a BuildEnd, which the parent times against
+    # --build-timeout (harness.run.isolate._watch), not the time step's --timeout.
+    from harness.measure import compiled
+    from harness.measure.messages import BuildEnd, BuildStart
+    from harness.settings import Settings, StopRule, Timing
+
+    seen: list[object] = []
+
+    def traced(model: torch.nn.Module) -> object:
+        def call(*args: object) -> object:
+            seen.append("compiled call")
+            return model(*args)
+
+        return call
+
+    monkeypatch.setattr(torch, "compile", traced)
+    toy = load_problem("toy", REPO / "tests" / "fixtures" / "toy" / "reference.py")
+    quick = Settings(
+        device="cpu", timing=Timing(rule=StopRule(warmup_ms=0, min_samples=2, max_samples=2))
+    )
+    rows = compiled.compile_baseline(toy, CPU, quick, seen.append)
+    assert rows and len(rows) == len(toy.benchmarks)
+    first = seen.index("compiled call")
+    assert seen[first - 1] == BuildStart(compiled.COMPILE_BUILD)
+    ended = [e for e in seen[first:] if isinstance(e, BuildEnd)]
+    assert ended and ended[0].name == compiled.COMPILE_BUILD
+    assert seen.index(ended[0]) < len(seen) and sum(isinstance(e, BuildStart) for e in seen) == len(
+        toy.benchmarks
+    )

@@ -104,7 +104,7 @@ def commands(text: str, code_only: bool = True) -> list[str]:
             if "python run.py" not in line:
                 continue
             line = re.split(r"\s{2,}", line[line.index("python run.py") :])[0]
-        if line.startswith("["):  # a line of a run's output
+        if line.startswith(("[", "  log: ")):  # a line of a run's output
             continue
         found += [part.split(" # ")[0].strip() for part in line.split("&&") if part.strip()]
     return found

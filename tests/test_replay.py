@@ -47,7 +47,10 @@ def test_an_incorrect_solution_is_replayed_on_its_case_with_the_same_verdict(
     assert cli(*common, "--trials", "2") == run.EXIT_FAILED
     first = cli.record("subsample_mean")
     assert first["status"] == "incorrect" and first["detail"].startswith("case 'spike', seed ")
-    (line,) = replay_lines(capfd.readouterr().err)
+    err = capfd.readouterr().err
+    (line,) = replay_lines(err)
+    assert f"  log: {first['log']}" in err.splitlines()  # the failure's whole log, named
+    assert Path(first["log"]).exists() or (REPO / first["log"]).exists()
     secret = first["settings"]["checking"]["secret"]
     # The seed named is the trial's own, drawn from --seed and --secret as the detail says.
     named = re.match(

@@ -75,7 +75,9 @@ def test_a_sweep_accounts_for_every_problem_and_solution_it_was_given(
     assert "weak: 1_saturated_sigmoid (constant), 2_tiny_scale (zero_passes)" in out
     assert "refused: 4_broken_reference: problem '4_broken_reference' fails its audit" in out
     assert "without a solution: 3_unsolved_relu" in out
-    waited = re.search(r"first judgement at (\d+) s \(.* (\d+) s\): the GPU slot idle (\d+) s", out)
+    waited = re.search(
+        r"first judgement at (\d+) s \(.* (\d+) s\): the judging slot idle (\d+) s", out
+    )
     assert waited is not None, out
     judging, own, idle = (int(n) for n in waited.groups())
     assert own <= judging and abs(idle - (judging - own)) <= 1

@@ -5,8 +5,10 @@ output differs from eager's is recorded with the difference."""
 
 from __future__ import annotations
 
+import functools
 import time
-from typing import Any
+from collections.abc import Callable
+from typing import Any, TypeVar
 
 import torch
 
@@ -22,14 +24,25 @@ from harness.measure.benchmarking import (
     timer_for,
 )
 from harness.measure.checking import build_models, guard
+from harness.measure.messages import BuildEnd, BuildStart
 from harness.record import CompiledRow
 from harness.settings import Settings
 
+COMPILE_BUILD = "torch.compile"  # the build a compile baseline reports for each compile
+Notify = Callable[[BuildStart | BuildEnd], None]  # the worker's `send`
+T = TypeVar("T")
+
 
 def compile_baseline(
-    problem: Problem, device: torch.device, settings: Settings
+    problem: Problem,
+    device: torch.device,
+    settings: Settings,
+    notify: Notify = lambda event: None,
 ) -> list[CompiledRow]:
-    """Eager and torch.compile'd reference, side by side, per benchmark; compile time apart."""
+    """Eager and torch.compile'd reference, side by side, per benchmark; compile time apart.
+    Each compile is a build to the parent (`notify`: BuildStart, then BuildEnd), so that it
+    runs under --build-timeout, not the time step's --timeout: Inductor compiling C++ on a
+    CPU with a cold cache takes minutes."""
     timer = timer_for(device, settings)
     seeds = Seeds.of(settings.checking)
     rows = []
@@ -38,12 +51,8 @@ def compile_baseline(
         eager, _ = build_models(problem, problem.model, bench, seed, device)
         inputs = guard(verdicts.PROBLEM_ERROR, "get_inputs", make_inputs, bench, seed, device)
         compiled = torch.compile(eager)
-        begin = time.perf_counter()
-        with torch.no_grad():
-            got = guard(verdicts.RUNTIME_ERROR, "torch.compile", compiled, *inputs)
-            want = eager(*inputs)
-        synchronize(device)
-        compile_s = time.perf_counter() - begin
+        first_calls = functools.partial(_forward_once, compiled, eager, inputs)
+        (got, want), compile_s = _compiling(first_calls, device, notify)
         calls = {"reference": eager, "compiled": compiled}
         allowed = tolerance(problem, bench, settings.checking.tolerance)
         differs = mismatch(want, got, allowed, accuracy.Exact(eager, inputs, device))
@@ -52,8 +61,30 @@ def compile_baseline(
         if problem.backward:
             drawn = (seed, inputs, want)
             timed = (device, settings, timer)
-            rows += _compiled_passes(problem, bench, (eager, compiled), drawn, timed)
+            rows += _compiled_passes(problem, bench, (eager, compiled), drawn, timed, notify)
     return rows
+
+
+def _forward_once(compiled: Any, eager: Any, inputs: list[Any]) -> tuple[Any, Any]:
+    """The compiled reference's first output (the call that compiles it) and eager's."""
+    with torch.no_grad():
+        got = guard(verdicts.RUNTIME_ERROR, "torch.compile", compiled, *inputs)
+        return got, eager(*inputs)
+
+
+def _compiling(
+    first_call: Callable[[], T], device: torch.device, notify: Notify
+) -> tuple[T, float]:
+    """`first_call()` (the one that compiles), framed as a build for the parent, and its
+    seconds."""
+    notify(BuildStart(COMPILE_BUILD))
+    begin = time.perf_counter()
+    try:
+        done = first_call()
+        synchronize(device)
+        return done, time.perf_counter() - begin
+    finally:
+        notify(BuildEnd(COMPILE_BUILD, time.perf_counter() - begin))
 
 
 def _compiled_passes(
@@ -62,6 +93,7 @@ def _compiled_passes(
     models: tuple[Any, Any],
     drawn: tuple[int, list[Any], Any],
     timed: tuple[torch.device, Settings, timing.Timer],
+    notify: Notify,
 ) -> list[CompiledRow]:
     """The compile baseline's backward and forward+backward rows: the compiled reference's
     first backward (its compilation) timed apart, and its gradients compared with eager's."""
@@ -74,10 +106,12 @@ def _compiled_passes(
     params = gradients.param_names(eager)
     first = gradients.Pass(gradients.BOTH, output, params)
     given = first.extend(inputs, seed)
-    begin = time.perf_counter()
-    got = guard(verdicts.RUNTIME_ERROR, "torch.compile, backward", first.wrap(compiled, []), *given)
-    synchronize(device)
-    compile_s = time.perf_counter() - begin
+    backward = first.wrap(compiled, [])
+    got, compile_s = _compiling(
+        lambda: guard(verdicts.RUNTIME_ERROR, "torch.compile, backward", backward, *given),
+        device,
+        notify,
+    )
     training = first.wrap(eager, [])
     exact = accuracy.Exact(training, given, device)
     allowed = tolerance(problem, bench, settings.checking.tolerance)

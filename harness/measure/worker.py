@@ -255,7 +255,7 @@ def reference_task(job: Job, problem: Problem, device: torch.device, send: Send)
     if job.task == "ceiling":
         return Judged(verdicts.OK, ceiling=hardware.measure_copy(device))
     with part("baseline"):
-        rows = tuple(compile_baseline(problem, device, job.settings))
+        rows = tuple(compile_baseline(problem, device, job.settings, send))
     return Judged(verdicts.OK, compile_rows=rows)
 
 

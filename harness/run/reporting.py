@@ -75,7 +75,7 @@ class FirstWait:
         first = f"first solution ready at {ready:.0f} s, " if ready is not None else ""
         return (
             f"  first judgement at {judging:.0f} s ({first}the run's own jobs, audits and "
-            f"copy ceiling, {self.own_s:.0f} s): the GPU slot idle "
+            f"copy ceiling, {self.own_s:.0f} s): the judging slot idle "
             f"{max(judging - self.own_s, 0):.0f} s before it"
         )
 
@@ -147,6 +147,8 @@ class SerialReport(Report):
         self.progress.finish(summary(ran))
         if again:
             self.note(f"  replay: {again}")
+        if log_line(ran):
+            self.note(log_line(ran))
 
 
 class SweepReport(Report):
@@ -196,6 +198,8 @@ class SweepReport(Report):
             self.done += 1
             self.failed += ran.status not in verdicts.PASSING
         self.note(f"{unit.label}: {verdict_line(ran)}")
+        if log_line(ran):
+            self.note(log_line(ran))
         if self.bar is not None:
             self.bar.update(1)
         self._refresh()
@@ -240,6 +244,14 @@ class SweepReport(Report):
             f"sweep: {self.done}/{self.total} judged in {tqdm.format_interval(elapsed)}, "
             f"{self.failed} failed"
         )
+
+
+def log_line(ran: RunRecord) -> str:
+    """'  log: <path>' under a failed solution's line (the whole of its worker's output), or ''
+    where it passed or has no log."""
+    if ran.status in verdicts.PASSING or not ran.log:
+        return ""
+    return f"  log: {ran.log}"
 
 
 def verdict_line(ran: RunRecord) -> str:

@@ -55,6 +55,7 @@ class Session:
         self._reference_hashes: dict[Path, str] = {}
         self._earlier: dict[str, RunRecord] | None = None  # by content, read once (on a CPU)
         self.weaknesses: dict[str, tuple[Finding, ...]] = {}  # by problem, from its audit
+        self.uncompiled: dict[str, str] = {}  # by problem: why its compile baseline failed
         self._check_places()
         checking = settings.checking
         on = self.machine.gpu or self.device.type
@@ -224,6 +225,13 @@ class Session:
             device = result.device or job.settings.device
             measured, witnessed = self._witness(job, device, measured)
         versus = [baselines.versus(row, compiled, self.run_id) for row in measured]
+        failed = self.uncompiled.get(source.name)
+        if failed and self.settings.timing.compile:  # the column's blank says why
+            why = f"no torch.compile baseline: {failed[:NOTE_CHARS]}"
+            measured = [
+                row if found else replace(row, note="; ".join(filter(None, (row.note, why))))
+                for row, (found, _) in zip(measured, versus, strict=True)
+            ]
         where = result.machine or machine.loaded(self.machine, self.device)
         return RunRecord(
             run_id=self.run_id,
@@ -326,6 +334,7 @@ class Session:
         verdict = f"{result.status} {result.detail}".strip()
         self.progress.note(f"{source.name}: torch.compile baseline: {verdict}")
         if not result.ok:
+            self.uncompiled[source.name] = verdict
             return found
         by = MeasuredBy(self.run_id, _now(), self.machine.driver)
         measured = [Baseline(key, by, row) for row in result.compile_rows]
@@ -356,6 +365,9 @@ def harness_checked(result: Judged, job: Job) -> Judged:
         f"{job.problem}/{Path(job.solution).stem}: {result.detail}{where}; the run stops "
         "here and records no verdict on the solution; what was recorded before is kept"
     )
+
+
+NOTE_CHARS = 160  # of a failed compile baseline's verdict, in the note of each row it leaves blank
 
 
 def summary(ran: RunRecord) -> str:
