@@ -31,6 +31,7 @@ import glob
 import hashlib
 import importlib.util
 import os
+import re
 import secrets
 import shutil
 import subprocess
@@ -493,13 +494,36 @@ def source_hash(solution: Path) -> str:
     return digest.hexdigest()
 
 
-def build_folder(cache_dir: Path, problem: str, solution: Path, arch: str, content: str) -> Path:
-    """The solution's own build folder, keyed by its sources and the toolchain that builds it."""
+def build_folder(cache_dir: Path, problem: str, solution: Path, arch: str) -> Path:
+    """The solution's build folder: keyed by what its build is made of (its code and the
+    sources beside it, not its file's name) and the toolchain that builds it, the architecture
+    only where its code has CUDA in it; so a copy under another name, or a C++ solution built
+    for another --arch, finds the same build."""
     import torch  # deferred: importing torch costs seconds and most callers already have
 
-    toolchain = f"{torch.__version__}|{torch.version.cuda}|{sys.version_info[:2]}|{arch}"
+    content, cuda = _build_content(solution)
+    target = arch if cuda else "no-cuda"
+    toolchain = f"{torch.__version__}|{torch.version.cuda}|{sys.version_info[:2]}|{target}"
     key = hashlib.sha256(f"{content}|{toolchain}|{compilers()}".encode()).hexdigest()[:16]
-    return cache_dir / problem / f"{solution.stem}-{key}"
+    return cache_dir / problem / f"build-{key}"
+
+
+CUDA_TEXT = re.compile(rb"cuda|\.cuh?\b", re.IGNORECASE)  # a hint of CUDA code, or a .cu file
+
+
+def _build_content(solution: Path) -> tuple[str, bool]:
+    """sha256 of the solution's code and of each source beside it (by name: it loads them so),
+    and whether any of it may compile CUDA (a mention of CUDA or of a .cu file: when in doubt,
+    yes, so that a CUDA build is never shared across architectures)."""
+    digest = hashlib.sha256()
+    code = solution.read_bytes()
+    digest.update(code + b"\0")
+    cuda = bool(CUDA_TEXT.search(code))
+    for path in sorted(p for p in solution.parent.iterdir() if p.suffix in SOURCE_SUFFIXES):
+        text = path.read_bytes()
+        digest.update(path.name.encode() + b"\0" + text + b"\0")
+        cuda = cuda or path.suffix in (".cu", ".cuh") or bool(CUDA_TEXT.search(text))
+    return digest.hexdigest(), cuda
 
 
 @functools.cache
@@ -522,15 +546,9 @@ def _version_line(command: list[str], first: bool) -> str:
     return (lines[0] if first else lines[-1]) if lines and done.returncode == 0 else "none"
 
 
-def use_build_cache(
-    cache_dir: Path, problem: str, solution: Path, arch: str, content: str | None = None
-) -> Path:
-    """Prepare the environment to build `solution` in its folder of the cache; return it.
-
-    `content` is the solution's source_hash when the caller has it already.
-    """
-    content = source_hash(solution) if content is None else content
-    folder = build_folder(cache_dir, problem, solution, arch, content)
+def use_build_cache(cache_dir: Path, problem: str, solution: Path, arch: str) -> Path:
+    """Prepare the environment to build `solution` in its folder of the cache; return it."""
+    folder = build_folder(cache_dir, problem, solution, arch)
     prepare_environment(folder, arch)
     return folder
 

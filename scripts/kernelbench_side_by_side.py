@@ -39,7 +39,6 @@ harness sweep of the same pairs has built them (`run.py --problems P --solutions
 from __future__ import annotations
 
 import argparse
-import glob
 import json
 import math
 import re
@@ -205,7 +204,8 @@ def _measure_pair(
     arch: Any,
 ) -> dict[str, Any]:
     """One pair's row: its build, then its verdict (and timing), or the error that stopped it."""
-    built = glob.glob(f"{args.build_dir}/*/{solution.stem}-*")
+    folder = settings.build_folder(Path(args.build_dir), problem.stem, solution, arch)
+    built = [str(folder)] if folder.is_dir() else []
     row: dict[str, Any] = {"problem": problem.stem, "build_dir": built[0] if built else None}
     row["tf32"] = args.tf32
     started = time.perf_counter()

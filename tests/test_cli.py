@@ -395,3 +395,20 @@ def test_a_failed_compile_baseline_says_why_on_each_row_it_leaves_blank(
     assert all("no torch.compile baseline: runtime_error" in r.get("note", "") for r in rows)
     table = next((tmp_path / "results").glob("*/uncompilable.md")).read_text()
     assert "no torch.compile baseline: runtime_error" in table
+
+
+def test_the_same_code_under_another_name_or_for_another_arch_is_not_built_again(
+    tmp_path: Path,
+) -> None:
+    # The build cache is keyed by what a build is made of: a C++ solution copied under another
+    # name, then run for another --arch (which a build without CUDA does not use), loads the
+    # first build (each record's build says cached).
+    run_it = CliRun(tmp_path, BUILDS)
+    copy = tmp_path / "renamed_extension.py"
+    shutil.copy(toy_solution("cpp_extension"), copy)
+    quick = ("--check-only", "--trials", "1", "--sandbox", "auto")
+    assert run_it("--problem", str(TOY), "--solution", toy_solution("cpp_extension"), *quick) == 0
+    for arch in ("9.0", "8.0"):
+        assert run_it("--problem", str(TOY), "--solution", str(copy), "--arch", arch, *quick) == 0
+        (build,) = run_it.record("renamed_extension")["builds"]
+        assert build["cached"], (arch, build)

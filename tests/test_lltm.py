@@ -14,7 +14,7 @@ import pytest
 import torch
 
 from harness.loading import import_file
-from harness.settings import source_hash, use_build_cache
+from harness.settings import use_build_cache
 from tests.conftest import BUILDS, REPO
 
 pytestmark = pytest.mark.build
@@ -26,7 +26,7 @@ REFERENCE = REPO / "problems" / "lltm" / "reference.py"
 
 
 def built(solution: Path, arch: str, builds: Path) -> ModuleType:
-    use_build_cache(builds, "lltm", solution, arch, source_hash(solution))
+    use_build_cache(builds, "lltm", solution, arch)
     return import_file(solution)
 
 

@@ -153,7 +153,7 @@ def test_the_extension_was_compiled_by_a_build_task(
     _, root = ray_run
     (record,) = [r for r in records(root) if r["solution"] == "cpp_extension"]
     assert [(b["cuda"], b.get("cached", False)) for b in record["builds"]] == [(False, False)]
-    assert list((root / "builds" / "toy").glob("cpp_extension-*/toy_scale_add/*.so"))
+    assert list((root / "builds" / "toy").glob("build-*/toy_scale_add/*.so"))
 
 
 def test_a_build_unpacked_where_it_was_missing_is_up_to_date_for_ninja(
@@ -165,7 +165,9 @@ def test_a_build_unpacked_where_it_was_missing_is_up_to_date_for_ninja(
     sandbox, a copy in its scratch folder under the build's stable name (harness.run.sandboxing),
     else the cache's folder itself."""
     _, root = ray_run
-    (folder,) = (root / "builds" / "toy").glob("cpp_extension-*")
+    (folder,) = [
+        f for f in (root / "builds" / "toy").glob("build-*") if (f / "toy_scale_add").is_dir()
+    ]
     packed = raypool.pack(folder)
     assert packed is not None
     before = {p.relative_to(folder): p.stat().st_mtime_ns for p in folder.rglob("*")}

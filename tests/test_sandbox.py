@@ -232,7 +232,7 @@ def test_every_attack_is_stopped_and_named_and_honest_solutions_pass(
     assert good["status"] == "ok" and "stage" in good["phase_s"]  # the sandbox's copying, timed
     log = "".join(path.read_text() for path in results.glob("*/runs.jsonl"))
     assert "forged" not in log and "the planted secret" not in log
-    assert not list(cli.build_dir.glob("toy/good-planted*"))
+    assert not list(cli.build_dir.glob("toy/build-planted*"))
 
 
 @needs_sandbox

@@ -56,17 +56,32 @@ def test_build_folders_are_keyed_by_content(tmp_path: Path) -> None:
     one.write_text(same_extension)
     two.write_text(same_extension + "# another solution\n")
 
-    def folder(path: Path) -> Path:
-        return settings.build_folder(tmp_path, "p", path, "9.0", settings.source_hash(path))
+    def folder(path: Path, arch: str = "9.0") -> Path:
+        return settings.build_folder(tmp_path, "p", path, arch)
 
     assert folder(one) != folder(two)  # the same extension name never shares a folder
     assert folder(one) == folder(one)  # an unchanged solution finds its old build
     before = folder(one)
     (tmp_path / "kernel.cu").write_text("__global__ void k() {}\n")
     assert folder(one) != before  # a source beside it counts too
-    assert settings.build_folder(tmp_path, "p", one, "8.0", "h") != settings.build_folder(
-        tmp_path, "p", one, "9.0", "h"
-    )
+    assert folder(one, "8.0") != folder(one, "9.0")  # a .cu beside it: built per architecture
+
+
+def test_the_same_code_under_another_name_or_a_cpp_build_for_another_arch_shares_a_folder(
+    tmp_path: Path,
+) -> None:
+    cpp = "load_inline(name='ext', cpp_sources='int f() { return 1; }')\n"
+    cuda = "load_inline(name='ext', cpp_sources='', cuda_sources='__global__ void k() {}')\n"
+    for name, text in (("mine.py", cpp), ("copy_of_mine.py", cpp), ("gpu.py", cuda)):
+        (tmp_path / name).write_text(text)
+
+    def folder(name: str, arch: str = "9.0") -> Path:
+        return settings.build_folder(tmp_path / "cache", "p", tmp_path / name, arch)
+
+    assert folder("mine.py") == folder("copy_of_mine.py")  # a file's name builds nothing
+    assert folder("mine.py", "8.0") == folder("mine.py", "9.0")  # no CUDA: no architecture
+    assert folder("gpu.py", "8.0") != folder("gpu.py", "9.0")
+    assert folder("gpu.py") != folder("mine.py")
 
 
 def test_a_changed_compiler_or_torch_gets_a_new_build_folder(
@@ -76,7 +91,7 @@ def test_a_changed_compiler_or_torch_gets_a_new_build_folder(
     solution.write_text("load_inline(name='ext', cpp_sources='{}')\n")
 
     def folder() -> Path:
-        return settings.build_folder(tmp_path, "p", solution, "9.0", "h")
+        return settings.build_folder(tmp_path, "p", solution, "9.0")
 
     before = folder()
     monkeypatch.setattr(settings, "compilers", lambda: "c++ 99.0|nvcc 99.0")
@@ -136,9 +151,7 @@ def test_use_build_cache_points_the_builder_at_the_solutions_folder(
     solution = tmp_path / "sol.py"
     solution.write_text("x = 1\n")
     folder = settings.use_build_cache(tmp_path / "cache", "p", solution, "9.0")
-    expected = settings.build_folder(
-        tmp_path / "cache", "p", solution, "9.0", settings.source_hash(solution)
-    )
+    expected = settings.build_folder(tmp_path / "cache", "p", solution, "9.0")
     assert folder == expected and folder.is_dir()
     assert os.environ["TORCH_EXTENSIONS_DIR"] == str(folder)
     assert os.environ["TORCH_CUDA_ARCH_LIST"] == "9.0"

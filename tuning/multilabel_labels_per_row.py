@@ -27,7 +27,7 @@ from harness.timing import time_cuda  # stale: removed in bc52895 (see the docst
 
 from harness.loading import import_file, load_problem, seed_everything
 from harness.measure.timing import flush_buffer
-from harness.settings import build_folder, source_hash
+from harness.settings import build_folder
 
 ROOT = Path(__file__).resolve().parent.parent
 OUT = Path(os.environ.get("OUT", "/tmp"))
@@ -66,7 +66,7 @@ print(res, flush=True)
 
 path = ROOT / "solutions/multilabel_margin/warp_cuda.py"
 os.environ["TORCH_EXTENSIONS_DIR"] = str(
-    build_folder(ROOT / ".cache/builds", "multilabel_margin", path, "9.0", source_hash(path))
+    build_folder(ROOT / ".cache/builds", "multilabel_margin", path, "9.0")
 )
 model = import_file(path).ModelNew("mean")
 flush = flush_buffer(torch.device("cuda"))

@@ -31,7 +31,7 @@ from harness.timing import time_cuda  # stale: removed in bc52895 (see the docst
 
 from harness.loading import import_file, load_problem, seed_everything
 from harness.measure.timing import flush_buffer
-from harness.settings import build_folder, prepare_environment, source_hash
+from harness.settings import build_folder, prepare_environment
 
 ROOT = Path(__file__).resolve().parent.parent
 OUT = Path(os.environ.get("OUT", "/tmp"))
@@ -49,9 +49,9 @@ def t(fn, reps=200):
 # 1. cpu_cpp throw on invalid input, in a subprocess (it segfaulted in the harness).
 code = """
 import sys, torch; sys.path.insert(0, '.')
-from harness.settings import prepare_environment, build_folder, source_hash; from pathlib import Path
+from harness.settings import prepare_environment, build_folder; from pathlib import Path
 path = Path('solutions/multilabel_margin/cpu_cpp.py').resolve()
-prepare_environment(build_folder(Path('.cache/builds').resolve(), 'multilabel_margin', path, '9.0', source_hash(path)), '9.0')
+prepare_environment(build_folder(Path('.cache/builds').resolve(), 'multilabel_margin', path, '9.0'), '9.0')
 from harness.loading import import_file
 m = import_file(path).ModelNew('mean')
 x = torch.randn(4, 40); y = torch.full((4, 40), -1); y[:, 0] = 3; y[1, 1] = 43
@@ -67,7 +67,7 @@ print("cpu_cpp invalid: rc", p.returncode, p.stdout[-300:], p.stderr[-1500:], fl
 def cached(problem, stem):  # the harness's build of a shipped solution (built by run.py)
     path = ROOT / "solutions" / problem / f"{stem}.py"
     os.environ["TORCH_EXTENSIONS_DIR"] = str(
-        build_folder(ROOT / ".cache/builds", problem, path, "9.0", source_hash(path))
+        build_folder(ROOT / ".cache/builds", problem, path, "9.0")
     )
     return import_file(path).ModelNew
 

@@ -361,8 +361,9 @@ def _use_build_cache(job: Job) -> Path:
     if job.build_folder:
         prepare_environment(Path(job.build_folder), settings.arch)
         return Path(job.build_folder)
-    solution, content = Path(job.solution), job.content_hash
-    return use_build_cache(settings.places.build_dir, job.problem, solution, settings.arch, content)
+    return use_build_cache(
+        settings.places.build_dir, job.problem, Path(job.solution), settings.arch
+    )
 
 
 def _cuda_unavailable() -> str | None:

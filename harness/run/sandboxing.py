@@ -470,9 +470,7 @@ def cache_folder(job: Job) -> Path:
     own, named by its sources and toolchain."""
     settings = job.settings
     solution = Path(job.solution)
-    return build_folder(
-        settings.places.build_dir, job.problem, solution, settings.arch, job.content_hash
-    )
+    return build_folder(settings.places.build_dir, job.problem, solution, settings.arch)
 
 
 def _modules(folder: Path) -> dict[str, str]:
