@@ -138,6 +138,9 @@ class BenchRow:
     # the solution's timed calls by the parent's clock over the time its reported samples
     # account for (harness.run.refereeing: 1 where they agree; None before the referee)
     outside_ratio: float | None = field(default=None, metadata=OMIT_NONE)
+    # on a CPU, the share of the processors other processes took while it was timed (its
+    # interval widened for it: harness.run.rounds.Sampling.speedup); None before 2026-12-07
+    others_cpu_share: float | None = field(default=None, metadata=OMIT_NONE)
 
 
 @dataclass(frozen=True)

@@ -87,6 +87,29 @@ def paired_ratio(
     return median_interval(ratios.tolist(), confidence)
 
 
+def blocked_ratio(
+    numerator: Sequence[float],
+    denominator: Sequence[float],
+    block: int,
+    confidence: float = CONFIDENCE,
+) -> Interval:
+    """paired_ratio's median, with an interval that still holds where consecutive rounds
+    share their conditions (a CPU's load, frequency and caches drift over tens of
+    milliseconds, so neighbouring rounds are not independent): the hull of the per-round
+    interval and the interval of the ratios of each `block` consecutive rounds' medians."""
+    paired = paired_ratio(numerator, denominator, confidence)
+    tops, bottoms = list(numerator), list(denominator)
+    starts = range(0, len(tops), max(block, 1))
+    ratios = [
+        statistics.median(tops[i : i + block]) / statistics.median(bottoms[i : i + block])
+        for i in starts
+    ]
+    if len(ratios) < 2:
+        return paired
+    blocks = median_interval(ratios, confidence)
+    return Interval(paired.value, min(paired.low, blocks.low), max(paired.high, blocks.high))
+
+
 def unpaired_ratio(
     numerator: Sequence[float], denominator: Sequence[float], confidence: float = CONFIDENCE
 ) -> Interval:

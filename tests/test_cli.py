@@ -412,3 +412,16 @@ def test_the_same_code_under_another_name_or_for_another_arch_is_not_built_again
         assert run_it("--problem", str(TOY), "--solution", str(copy), "--arch", arch, *quick) == 0
         (build,) = run_it.record("renamed_extension")["builds"]
         assert build["cached"], (arch, build)
+
+
+def test_a_failure_that_takes_the_place_of_an_ok_row_says_so(tmp_path: Path, capsys) -> None:
+    mine = tmp_path / "mine.py"
+    run_it = CliRun(tmp_path, BUILDS)
+    quick = ("--check-only", "--trials", "1")
+    shutil.copy(toy_solution("good"), mine)
+    assert run_it("--problem", str(TOY), "--solution", str(mine), *quick) == run.EXIT_OK
+    assert "takes the place of" not in capsys.readouterr().err
+    shutil.copy(toy_solution("raises"), mine)  # the same file, broken since
+    assert run_it("--problem", str(TOY), "--solution", str(mine), *quick) == run.EXIT_FAILED
+    said = capsys.readouterr().err
+    assert "note: toy/mine: this runtime_error takes the place of its earlier ok row" in said

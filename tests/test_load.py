@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import time
 import types
 from dataclasses import replace
 from pathlib import Path
@@ -52,6 +53,40 @@ def test_a_cpu_row_timed_with_more_load_than_cpus_is_flagged_with_the_numbers() 
     assert "timed under load: load average 24.3 on 16 CPUs" in flagged["cpp_busy"]
     assert "under load" not in flagged["cpp_quiet"] + flagged["cpp_old"]
     assert "under load" not in flagged["cuda_busy_cpu"]  # its time is the GPU's
+
+
+def test_a_cpu_row_others_took_processors_from_is_flagged_in_table_and_console() -> None:
+    from harness.run.session import summary
+
+    shared = replace(bench(100.0, 200.0), others_cpu_share=0.42)
+    alone = replace(bench(100.0, 200.0), others_cpu_share=0.01)
+    busy = record("p", "cpp_shared", [shared], device="cpu", busy=QUIET)
+    flagged = flags_of(busy, record("p", "cpp_alone", [alone], device="cpu", busy=QUIET))
+    said = "timed under load: other processes took 42% of the CPUs meanwhile"
+    assert said in flagged["cpp_shared"] and "under load" not in flagged["cpp_alone"]
+    assert said in summary(busy)  # the progress line says it too, not only the tables
+
+
+def test_the_processors_other_processes_take_are_told_from_the_runs_own() -> None:
+    from harness.run.rounds import OthersShare
+
+    spinner = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            "import time\nend = time.time() + 0.6\nwhile time.time() < end: pass",
+        ]
+    )
+    try:
+        as_other, as_own = OthersShare([]), OthersShare([spinner.pid])
+        time.sleep(0.5)
+        other, own = as_other.others_ns(), as_own.others_ns()
+        share = as_other.share()
+    finally:
+        spinner.kill()
+    assert other is not None and own is not None and share is not None and 0 <= share <= 1
+    # the spinner's processor time counts against the run only where it is not the run's own
+    assert other - own > 0.05e9
 
 
 def test_a_gpu_row_timed_beside_other_processes_is_flagged() -> None:

@@ -6,6 +6,7 @@ from __future__ import annotations
 import math
 import random
 from collections.abc import Sequence
+from dataclasses import replace
 
 import pytest
 import torch
@@ -128,6 +129,41 @@ def test_paired_interval_covers_the_true_speedup_and_beats_drift() -> None:
         unpaired_widths.append(unpaired.high - unpaired.low)
     assert covered >= 88  # a 95% interval: 95 of 100 expected
     assert sum(paired_widths) < 0.5 * sum(unpaired_widths)  # pairing cancels the drift
+
+
+def test_a_blocked_interval_covers_a_speedup_that_shifts_from_block_to_block() -> None:
+    # On a CPU a side's speed drifts between the segments of rounds it runs in (the machine's
+    # state, not its own noise): rounds of one block share a shift that pairing does not
+    # cancel, so the per-round interval is too narrow and the blocked one is not.
+    rng = random.Random(11)
+    paired_hits = blocked_hits = 0
+    for _ in range(100):
+        ref, sol = [], []
+        for _block in range(12):
+            shift = rng.lognormvariate(0, 0.15)  # this block's solution runs slower or faster
+            for _round in range(4):
+                ref.append(200.0 * rng.lognormvariate(0, 0.01))
+                sol.append(100.0 * shift * rng.lognormvariate(0, 0.01))
+        paired_hits += stats.paired_ratio(ref, sol).low <= 2.0 <= stats.paired_ratio(ref, sol).high
+        blocked = stats.blocked_ratio(ref, sol, 4)
+        blocked_hits += blocked.low <= 2.0 <= blocked.high
+        assert blocked.value == stats.paired_ratio(ref, sol).value
+    assert blocked_hits >= 88 and paired_hits < 70
+
+
+def test_a_cpu_rows_interval_widens_by_the_share_other_processes_took() -> None:
+    from harness.measure import directed
+    from harness.run.rounds import Sampling
+
+    ref = Measurement(tuple(200.0 + i % 3 for i in range(40)), "wall_clock")
+    sol = Measurement(tuple(100.0 + i % 2 for i in range(40)), "wall_clock")
+    spec = directed.Spec("b", "forward", "wall_clock", (), 1, "cpu")
+    quiet = Sampling(spec, ref, sol, others_share=0.01).speedup()
+    busy = Sampling(spec, ref, sol, others_share=0.5).speedup()
+    assert busy.value == quiet.value
+    assert busy.low == pytest.approx(quiet.low / 2) and busy.high == pytest.approx(quiet.high * 2)
+    gpu = Sampling(replace(spec, device="cuda:0", timer="cuda_events"), ref, sol, others_share=0.5)
+    assert gpu.speedup() == stats.paired_ratio(ref.times_us, sol.times_us)
 
 
 def test_median_interval_has_its_stated_coverage() -> None:

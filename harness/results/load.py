@@ -16,6 +16,9 @@ from dataclasses import dataclass
 from harness.record import RunRecord
 
 LOADED_SHARE = 1.0  # a CPU row is flagged when the load average exceeds this share of the CPUs
+# ... or, where the row says (harness.run.rounds.OthersShare), when other processes took this
+# share of the CPUs while it was timed (its interval widened from OTHERS_IGNORED on)
+OTHERS_FLAGGED = 0.05
 
 
 def cpu_timed(run: RunRecord) -> bool:
@@ -40,10 +43,17 @@ def columns(run: RunRecord) -> Load:
     return Load(machine.load_1m, machine.cpu_count, machine.gpu_processes, cpu_timed(run))
 
 
-def flags(busy: Load) -> list[str]:
-    """What a reader must know about the load a row was timed under (none where not recorded)."""
+def flags(busy: Load, share: float | None = None) -> list[str]:
+    """What a reader must know about the load a row was timed under (none where not recorded);
+    `share`: on a CPU, the share of the processors other processes took while it was timed,
+    where the row has it (BenchRow.others_cpu_share)."""
     load, cpus, others = busy.load_1m, busy.cpu_count, busy.gpu_processes
     if busy.cpu_timed:
+        if share is not None and share >= OTHERS_FLAGGED:
+            return [
+                f"timed under load: other processes took {100 * share:.0f}% of the CPUs "
+                "meanwhile (its interval widened for it)"
+            ]
         if load is not None and cpus and load > LOADED_SHARE * cpus:
             return [f"timed under load: load average {load:.1f} on {cpus} CPUs"]
     elif others:

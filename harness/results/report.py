@@ -500,8 +500,8 @@ def flags(bench: BenchRow, row: TableRow, speedup: Interval) -> list[str]:
     if row.throttled_samples and bench.state:
         reasons = ", ".join(bench.state.reasons)
         found.append(f"throttled: {row.throttled_samples} samples ({reasons})")
-    busy = load.Load(row.load_1m, row.cpu_count, row.gpu_processes, bool(row.cpu_timed))
-    found += load.flags(busy)
+    shares = (row.load_1m, row.cpu_count, row.gpu_processes, bool(row.cpu_timed))
+    found += load.flags(load.Load(*shares), bench.others_cpu_share)
     if bench.note:
         found.append(bench.note)
     if bench.compile and bench.compile.mismatch:

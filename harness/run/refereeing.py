@@ -202,6 +202,7 @@ class Judge:
             sampled.measurements["solution"],
         )
         kept = Sampling(spec, end.reference, end.solution, timer.segments)
+        kept.others_share = timer.others.share()
         if spec.timer != "per_call":
             kept.cores = rounds.cores_of(self.worker_pid)
             for attempt in range(rounds.BARE_TRIES):  # a busy machine can slow every batch
@@ -345,10 +346,10 @@ class Judge:
                     "than it gave while the harness timed it",
                 )
             )
-        as_kernelbench = sampling.spec.timer == "kernelbench"
-        paired = stats.mean_ratio if as_kernelbench else stats.paired_ratio
-        speedup = paired(reference.times_us, solution.times_us)
+        speedup = replace(sampling, reference=reference, solution=solution).speedup()
         changed = replace(row, reference=reference, solution=solution, speedup=speedup)
+        if sampling.others_share is not None and sampling.spec.device == "cpu":
+            changed = replace(changed, others_cpu_share=round(sampling.others_share, 3))
         per_call = [s for s in kept if s.spec.timer == "per_call"]
         if per_call and row.per_call is not None:
             last = per_call[-1]

@@ -20,14 +20,19 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, NoReturn
 
-from harness import verdicts
+from harness import stats, verdicts
 from harness.measure import directed, kernelbench
 from harness.measure.messages import Done, Judged
 from harness.measure.timing import CudaTimer, Sampled
 from harness.settings import Settings
-from harness.stats import Measurement
+from harness.stats import Interval, Measurement
 
-CHUNK_ROUNDS = 32  # rounds per pair of segments (a segment of each side)
+CHUNK_ROUNDS = 32  # rounds per pair of segments (a segment of each side) on a GPU ...
+# ... and on a CPU, where a call takes milliseconds and the machine's state drifts between
+# segments: the two sides take turns often, so that each round's pair saw the same conditions
+CPU_CHUNK_ROUNDS = 4
+OTHERS_IGNORED = 0.05  # a share of the processors other processes took that widens nothing
+OTHERS_MAX = 0.9  # the most a CPU row's interval is widened for (by 1 / (1 - 0.9) = 10x)
 # A bare batch may take this many times the reported time per call, by where it ran (a CPU's
 # batches of multithreaded calls wander more under load than a GPU's) ...
 LIE_FACTORS = {"cpu": 3.0, "cuda": 1.5}
@@ -78,6 +83,7 @@ class Sampling:
     # how many processors its worker may use
     bare_cpu_us: float | None = None
     cores: int = 1
+    others_share: float | None = None  # of the processors, other processes' while it sampled
 
     def ratio(self) -> float | None:
         """The solution's bare batch's time per call by the parent's clock, over its reported
@@ -100,6 +106,23 @@ class Sampling:
         claimed = per_call_us(self.solution)
         allowed = self.lie_factor() * self.cores * count * claimed + BARE_SLACK_US
         return self.bare_cpu_us <= allowed
+
+    def speedup(self) -> Interval:
+        """The kept samples' paired speedup. On a CPU its interval also holds across the
+        rounds' drift (stats.blocked_ratio, by the rounds of a chunk) and is widened by what
+        other processes took of the processors meanwhile (a share s of them can slow one side
+        by up to 1 / (1 - s) and not the other: eager PyTorch's threads take every processor,
+        a solution's may take one)."""
+        reference, solution = self.reference.times_us, self.solution.times_us
+        if self.spec.timer == "kernelbench":
+            return stats.mean_ratio(reference, solution)
+        if self.spec.device != "cpu":
+            return stats.paired_ratio(reference, solution)
+        blocked = stats.blocked_ratio(reference, solution, CPU_CHUNK_ROUNDS)
+        others = min(self.others_share or 0.0, OTHERS_MAX)
+        if others < OTHERS_IGNORED:
+            return blocked
+        return Interval(blocked.value, blocked.low * (1 - others), blocked.high / (1 - others))
 
     def lie_factor(self) -> float:
         """How many times its reported time a bare batch may take where it ran (LIE_FACTORS)."""
@@ -243,16 +266,18 @@ class DirectedTimer:
         self.method = method
         self.sides = sides
         self.gpu = gpu
+        self.rounds = CHUNK_ROUNDS if gpu else CPU_CHUNK_ROUNDS  # per pair of segments
         self.host_us: dict[str, float] = {}
         self.synchronizing: dict[str, bool] = {}
         self.segments: list[Segment] = []
         self.chunk = 0
+        self.others = OthersShare([side.pid for side in sides.values()])
 
     def run(self, calls: list[Any]) -> list[float]:
         names = [getattr(call, "name", "") for call in calls]
         times: list[float] = [0.0] * len(calls)
-        for start in range(0, len(calls), 2 * CHUNK_ROUNDS):
-            block = range(start, min(start + 2 * CHUNK_ROUNDS, len(calls)))
+        for start in range(0, len(calls), 2 * self.rounds):
+            block = range(start, min(start + 2 * self.rounds, len(calls)))
             order = list(dict.fromkeys(names[i] for i in block))
             for name in order:
                 places = [i for i in block if names[i] == name]
@@ -281,6 +306,55 @@ class DirectedTimer:
         count = len(answer.times_us)
         checks = answer.checks if name == "solution" else 0
         self.segments.append(Segment(self.chunk, name, count, wall_us, claimed, waits, checks))
+
+
+class OthersShare:
+    """The share of this machine's processors that processes other than the run's own (this
+    one, the worker, the referee, and what they started) took since it was made: the busy time
+    the kernel counts for all processors (/proc/stat), less the run's own processor time, over
+    the wall time times the processors. None where the kernel does not say, or over less than
+    OTHERS_MIN_S."""
+
+    def __init__(self, pids: list[int | None]) -> None:
+        self.pids = [os.getpid(), *(pid for pid in pids if pid is not None)]
+        self.began = time.monotonic()
+        self.busy = machine_busy_ns()
+        self.own = self._own_ns()
+
+    def _own_ns(self) -> int:
+        return sum(cpu_ns(pid) for pid in self.pids)
+
+    def others_ns(self) -> int | None:
+        """Processor time other processes took since it was made (None where unknown)."""
+        busy = machine_busy_ns()
+        if busy is None or self.busy is None:
+            return None
+        return (busy - self.busy) - (self._own_ns() - self.own)
+
+    def share(self) -> float | None:
+        """others_ns over the wall time times the processors, within 0 and 1."""
+        others, wall_ns = self.others_ns(), (time.monotonic() - self.began) * 1e9
+        if others is None or wall_ns < OTHERS_MIN_S * 1e9:
+            return None
+        return min(max(others / (wall_ns * (os.cpu_count() or 1)), 0.0), 1.0)
+
+
+OTHERS_MIN_S = 0.2  # /proc/stat counts in ticks of 10 ms: over less, the share says little
+TICK_NS = 1e9 / (os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100)
+
+
+def machine_busy_ns() -> int | None:
+    """The time every processor of this machine has spent busy (not idle, not waiting on a
+    disk), in nanoseconds, as /proc/stat counts it; None where it cannot be read."""
+    try:
+        with open("/proc/stat", encoding="ascii") as stat:
+            fields = [int(n) for n in stat.readline().split()[1:]]
+    except (OSError, ValueError):
+        return None
+    if len(fields) < 5:
+        return None
+    idle = fields[3] + fields[4]  # idle and iowait
+    return int((sum(fields[:8]) - idle) * TICK_NS)  # user to steal; guests are inside user
 
 
 def reject(rule: str, detail: str) -> Judged:

@@ -15,7 +15,7 @@ from harness.measure import hardware
 from harness.measure.messages import Judged, failure
 from harness.measure.worker import Job, cuda_not_asked
 from harness.record import BenchRow, Ceiling, Finding, Machine, RunRecord
-from harness.results import baselines, report
+from harness.results import baselines, load, report
 from harness.results.baselines import Baseline, BaselineKey, MeasuredBy
 from harness.results.summary import render_problems
 from harness.run import discovery, machine, ncu, replay
@@ -54,6 +54,7 @@ class Session:
         self._ceiling: Ceiling | None = None
         self._reference_hashes: dict[Path, str] = {}
         self._earlier: dict[str, RunRecord] | None = None  # by content, read once (on a CPU)
+        self._rows: dict[tuple[str, str], str] | None = None  # (problem, path): newest status
         self.weaknesses: dict[str, tuple[Finding, ...]] = {}  # by problem, from its audit
         self.uncompiled: dict[str, str] = {}  # by problem: why its compile baseline failed
         self._check_places()
@@ -173,9 +174,23 @@ class Session:
         return 1
 
     def keep(self, ran: RunRecord) -> None:
-        """Append `ran` to the run log, at once."""
-        if self.recording:
-            self._writing(record.append, self.folder, ran)
+        """Append `ran` to the run log, at once; say so where it takes the place of the
+        solution's passing row (the table shows each solution's newest record)."""
+        if not self.recording:
+            return
+        if self._rows is None:  # each solution's newest status in the folder, read once
+            log = self.folder / record.LOG_NAME
+            earlier = record.read(self.folder) if log.exists() else []
+            self._rows = {(r.problem, r.solution_path): r.status for r in earlier}
+        before = self._rows.get((ran.problem, ran.solution_path))
+        self._writing(record.append, self.folder, ran)
+        self._rows[(ran.problem, ran.solution_path)] = ran.status
+        if before == verdicts.OK and ran.status not in verdicts.PASSING:
+            self.progress.note(
+                f"note: {ran.problem}/{ran.solution}: this {ran.status} takes the place of its "
+                f"earlier ok row in {ran.problem}.md (runs.jsonl keeps both; a passing run "
+                "puts a row back)"
+            )
 
     def render(self, problems: list[str]) -> None:
         """Re-render the problems' tables from the run log."""
@@ -373,6 +388,7 @@ NOTE_CHARS = 160  # of a failed compile baseline's verdict, in the note of each 
 def summary(ran: RunRecord) -> str:
     """One line for the progress stream: the verdict and, when timed, the headline numbers."""
     line = ran.status
+    busy = load.columns(ran)
     for bench in ran.benchmarks:
         sol, ref = bench.solution.median_us, bench.reference.median_us
         speedup = report.bench_speedup(bench)
@@ -381,6 +397,8 @@ def summary(ran: RunRecord) -> str:
             f"{report.format_us(ref)} us ({speedup.value:.2f}x [{speedup.low:.2f}, "
             f"{speedup.high:.2f}], n={bench.solution.count})"
         )
+        for flag in load.flags(busy, bench.others_cpu_share):
+            line += f", {flag}"
     if ran.detail:
         line += f": {ran.detail}"
     return line
