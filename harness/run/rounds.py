@@ -32,6 +32,10 @@ CHUNK_ROUNDS = 32  # rounds per pair of segments (a segment of each side) on a G
 # segments: the two sides take turns often, so that each round's pair saw the same conditions
 CPU_CHUNK_ROUNDS = 4
 OTHERS_IGNORED = 0.05  # a share of the processors other processes took that widens nothing
+# A CPU row's interval reaches at least this far either side of its speedup (a share of it):
+# runs of one solution differ by more than one run's samples say, other processes or not
+# (docs/timing.md, "Run to run on a CPU": two standard deviations of 21 runs' speedups)
+CPU_RUN_SPREAD = 0.15
 OTHERS_MAX = 0.9  # the most a CPU row's interval is widened for (by 1 / (1 - 0.9) = 10x)
 # A bare batch may take this many times the reported time per call, by where it ran (a CPU's
 # batches of multithreaded calls wander more under load than a GPU's) ...
@@ -109,10 +113,10 @@ class Sampling:
 
     def speedup(self) -> Interval:
         """The kept samples' paired speedup. On a CPU its interval also holds across the
-        rounds' drift (stats.blocked_ratio, by the rounds of a chunk) and is widened by what
+        rounds' drift (stats.blocked_ratio, by the rounds of a chunk), is widened by what
         other processes took of the processors meanwhile (a share s of them can slow one side
         by up to 1 / (1 - s) and not the other: eager PyTorch's threads take every processor,
-        a solution's may take one)."""
+        a solution's may take one), and reaches CPU_RUN_SPREAD either side at least."""
         reference, solution = self.reference.times_us, self.solution.times_us
         if self.spec.timer == "kernelbench":
             return stats.mean_ratio(reference, solution)
@@ -121,8 +125,10 @@ class Sampling:
         blocked = stats.blocked_ratio(reference, solution, CPU_CHUNK_ROUNDS)
         others = min(self.others_share or 0.0, OTHERS_MAX)
         if others < OTHERS_IGNORED:
-            return blocked
-        return Interval(blocked.value, blocked.low * (1 - others), blocked.high / (1 - others))
+            others = 0.0
+        value = blocked.value
+        low = min(blocked.low * (1 - others), value / (1 + CPU_RUN_SPREAD))
+        return Interval(value, low, max(blocked.high / (1 - others), value * (1 + CPU_RUN_SPREAD)))
 
     def lie_factor(self) -> float:
         """How many times its reported time a bare batch may take where it ran (LIE_FACTORS)."""
