@@ -1,7 +1,9 @@
 """The worker's verdicts, run in this process (no spawn, no real build)."""
 
+import multiprocessing
 import os
 from pathlib import Path
+from typing import Any
 
 import pytest
 import torch
@@ -169,3 +171,31 @@ def test_a_profile_ends_with_cupti_torn_down(monkeypatch) -> None:
     seen = []
     profiling.profile(lambda: seen.append(os.environ[profiling.TEARDOWN]), torch.device("cpu"))
     assert seen == ["1"] and os.environ[profiling.TEARDOWN] == "1"
+
+
+def _tracker_after_letting_go(conn: Any) -> None:
+    from multiprocessing import resource_tracker
+
+    inherited = resource_tracker._resource_tracker._fd
+    worker.own_resource_tracker()
+    try:
+        os.fstat(inherited)
+        still_open = True
+    except OSError:
+        still_open = False
+    conn.send((inherited, still_open, resource_tracker._resource_tracker._fd))
+
+
+def test_a_worker_lets_go_of_the_parents_resource_tracker() -> None:
+    # A spawned process inherits the write end of the parent's tracker pipe: a solution could
+    # write to it, and a worker's leaked semaphores were warned about on the run's terminal.
+    from multiprocessing import resource_tracker
+
+    resource_tracker.ensure_running()  # the parent's, as a run that spawned workers has one
+    context = multiprocessing.get_context("spawn")
+    receiving, sending = context.Pipe(duplex=False)
+    child = context.Process(target=_tracker_after_letting_go, args=(sending,))
+    child.start()
+    inherited, still_open, now = receiving.recv()
+    child.join(timeout=60)
+    assert inherited is not None and not still_open and now is None

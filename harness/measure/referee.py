@@ -221,6 +221,7 @@ def main(problem_name: str, reference: str, settings: Settings, log_path: str, c
     """The referee's process: answer the parent on `conn` until it closes."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the parent's to handle
     worker.die_with_parent()  # killed with the run, even when the run is killed outright
+    worker.own_resource_tracker()
     try:  # where its log cannot be written, it works on: its answers carry its failures
         Path(log_path).parent.mkdir(parents=True, exist_ok=True)
         log = open(log_path, "a", buffering=1, encoding="utf-8")  # noqa: SIM115 (lives with it)

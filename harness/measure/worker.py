@@ -117,11 +117,29 @@ def entry(job: Job, conn: Any, gate: Any = None) -> None:
     if job.task == "build":  # before CUDA starts: a build job never holds a GPU
         os.environ["CUDA_VISIBLE_DEVICES"] = ""
     die_with_parent()
+    own_resource_tracker()
     sandbox.install()  # in the sandbox: name the rules the job's attempts meet
     main(job, conn, gate)
 
 
 PR_SET_PDEATHSIG = 1  # from <sys/prctl.h>
+
+
+def own_resource_tracker() -> None:
+    """Let go of the parent's multiprocessing resource tracker, whose pipe a spawned process
+    inherits: a solution cannot write to it, and what the worker leaves registered (Inductor's
+    semaphores under --compile) is cleaned up, and warned about, by a tracker of its own,
+    into its log instead of the run's terminal. The tracker starts again when first used."""
+    from multiprocessing import resource_tracker
+
+    tracker = resource_tracker._resource_tracker
+    inherited = getattr(tracker, "_fd", None)
+    if inherited is None:
+        return
+    with contextlib.suppress(OSError):
+        os.close(inherited)
+    tracker._fd = None  # type: ignore[attr-defined]  # its state, which typeshed leaves out
+    tracker._pid = None  # type: ignore[attr-defined]
 
 
 def die_with_parent() -> None:
@@ -443,6 +461,7 @@ def waiting(jobs: Any, conn: Any) -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
     die_with_parent()  # also while paused (SIGSTOP) by its slot during a timing
+    own_resource_tracker()
     cuda_home = settings.find_cuda_home()  # as the job will set it; else torch warns here
     if cuda_home:
         os.environ["CUDA_HOME"] = cuda_home
