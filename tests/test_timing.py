@@ -162,7 +162,7 @@ def test_a_cpu_rows_interval_widens_by_the_share_other_processes_took() -> None:
     quiet = Sampling(spec, ref, sol, others_share=0.01).speedup()
     busy = Sampling(spec, ref, sol, others_share=0.5).speedup()
     assert busy.value == quiet.value
-    blocked = stats.blocked_ratio(ref.times_us, sol.times_us, rounds.CPU_CHUNK_ROUNDS)
+    blocked = stats.blocked_ratio(ref.times_us, sol.times_us, rounds.CHUNK_ROUNDS)
     assert busy.low == pytest.approx(blocked.low / 2) and busy.high == pytest.approx(
         blocked.high * 2
     )

@@ -27,15 +27,14 @@ from harness.measure.timing import CudaTimer, Sampled
 from harness.settings import Settings
 from harness.stats import Interval, Measurement
 
-CHUNK_ROUNDS = 32  # rounds per pair of segments (a segment of each side) on a GPU ...
-# ... and on a CPU, where a call takes milliseconds and the machine's state drifts between
-# segments: the two sides take turns often, so that each round's pair saw the same conditions
-CPU_CHUNK_ROUNDS = 4
+# Rounds per pair of segments (a segment of each side); on a CPU, turns of 4 rounds did not make
+# back-to-back runs agree better (docs/timing.md, "Run to run on a CPU")
+CHUNK_ROUNDS = 32
 OTHERS_IGNORED = 0.05  # a share of the processors other processes took that widens nothing
 # A CPU row's interval reaches at least this far either side of its speedup (a share of it):
 # runs of one solution differ by more than one run's samples say, other processes or not
-# (docs/timing.md, "Run to run on a CPU": two standard deviations of 21 runs' speedups)
-CPU_RUN_SPREAD = 0.15
+# (docs/timing.md, "Run to run on a CPU": about two standard deviations of 41 runs' speedups)
+CPU_RUN_SPREAD = 0.3
 OTHERS_MAX = 0.9  # the most a CPU row's interval is widened for (by 1 / (1 - 0.9) = 10x)
 # A bare batch may take this many times the reported time per call, by where it ran (a CPU's
 # batches of multithreaded calls wander more under load than a GPU's) ...
@@ -113,7 +112,7 @@ class Sampling:
 
     def speedup(self) -> Interval:
         """The kept samples' paired speedup. On a CPU its interval also holds across the
-        rounds' drift (stats.blocked_ratio, by the rounds of a chunk), is widened by what
+        rounds' drift (stats.blocked_ratio, by the rounds of a turn), is widened by what
         other processes took of the processors meanwhile (a share s of them can slow one side
         by up to 1 / (1 - s) and not the other: eager PyTorch's threads take every processor,
         a solution's may take one), and reaches CPU_RUN_SPREAD either side at least."""
@@ -122,7 +121,7 @@ class Sampling:
             return stats.mean_ratio(reference, solution)
         if self.spec.device != "cpu":
             return stats.paired_ratio(reference, solution)
-        blocked = stats.blocked_ratio(reference, solution, CPU_CHUNK_ROUNDS)
+        blocked = stats.blocked_ratio(reference, solution, CHUNK_ROUNDS)
         others = min(self.others_share or 0.0, OTHERS_MAX)
         if others < OTHERS_IGNORED:
             others = 0.0
@@ -272,7 +271,6 @@ class DirectedTimer:
         self.method = method
         self.sides = sides
         self.gpu = gpu
-        self.rounds = CHUNK_ROUNDS if gpu else CPU_CHUNK_ROUNDS  # per pair of segments
         self.host_us: dict[str, float] = {}
         self.synchronizing: dict[str, bool] = {}
         self.segments: list[Segment] = []
@@ -282,8 +280,8 @@ class DirectedTimer:
     def run(self, calls: list[Any]) -> list[float]:
         names = [getattr(call, "name", "") for call in calls]
         times: list[float] = [0.0] * len(calls)
-        for start in range(0, len(calls), 2 * self.rounds):
-            block = range(start, min(start + 2 * self.rounds, len(calls)))
+        for start in range(0, len(calls), 2 * CHUNK_ROUNDS):
+            block = range(start, min(start + 2 * CHUNK_ROUNDS, len(calls)))
             order = list(dict.fromkeys(names[i] for i in block))
             for name in order:
                 places = [i for i in block if names[i] == name]
