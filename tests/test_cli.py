@@ -389,13 +389,13 @@ def test_a_failed_compile_baseline_says_why_on_each_row_it_leaves_blank(
         "--problem", str(problem), "--solution", toy_solution("good"), "--compile", *quick
     )
     assert code == run.EXIT_OK
-    assert "torch.compile baseline: runtime_error" in capsys.readouterr().err
+    assert "torch.compile baseline: runtime_error:" in capsys.readouterr().err
     rows = run_it.record("good")["benchmarks"]
     assert rows and all(r.get("compile") is None for r in rows)
-    assert all("no torch.compile baseline: runtime_error" in r.get("note", "") for r in rows)
+    assert all("no torch.compile baseline: runtime_error:" in r.get("note", "") for r in rows)
     # the CSV holds each row's flags whole (the markdown table cuts its notes short)
     table = next((tmp_path / "results").glob("*/uncompilable.csv")).read_text()
-    assert "no torch.compile baseline: runtime_error" in table
+    assert "no torch.compile baseline: runtime_error:" in table
 
 
 def test_the_same_code_under_another_name_or_for_another_arch_is_not_built_again(

@@ -339,3 +339,40 @@ def test_each_torch_compile_is_framed_as_a_build_so_the_build_limit_covers_it(
     assert seen.index(ended[0]) < len(seen) and sum(isinstance(e, BuildStart) for e in seen) == len(
         toy.benchmarks
     )
+
+
+def test_a_compile_baseline_that_cannot_finish_in_the_time_step_says_so_at_once(
+    monkeypatch,
+) -> None:
+    # On a CPU, Inductor's multilabel_margin_loss at 4096x8192 takes minutes a call: the
+    # baseline times one round, sees that a warm-up and --min-samples rounds cannot end within
+    # --timeout, and stops with a timeout that says why, instead of being killed at the limit.
+    import time
+
+    from harness import verdicts
+    from harness.measure import compiled
+    from harness.settings import Limits, Settings, StopRule, Timing
+
+    calls: list[str] = []
+
+    def slow(model: torch.nn.Module) -> object:
+        def call(*args: object) -> object:
+            calls.append("compiled")
+            time.sleep(0.2)
+            return model(*args)
+
+        return call
+
+    monkeypatch.setattr(torch, "compile", slow)
+    toy = load_problem("toy", REPO / "tests" / "fixtures" / "toy" / "reference.py")
+    rule = StopRule(warmup_ms=0, min_samples=10, max_samples=10)
+    tight = Settings(device="cpu", timing=Timing(rule=rule), limits=Limits(run_s=1.0))
+    with pytest.raises(verdicts.Verdict) as raised:
+        compiled.compile_baseline(toy, CPU, tight)
+    assert raised.value.status == verdicts.TIMEOUT
+    assert "10 samples need" in str(raised.value) and "past --timeout 1 s" in str(raised.value)
+    assert len(calls) == 2  # the compiling call and the one timed call: no sampling
+    roomy = replace(tight, limits=Limits(run_s=60.0))
+    rule_small = StopRule(warmup_ms=0, min_samples=2, max_samples=2)
+    rows = compiled.compile_baseline(toy, CPU, replace(roomy, timing=Timing(rule=rule_small)))
+    assert len(rows) == len(toy.benchmarks)

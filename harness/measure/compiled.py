@@ -51,9 +51,11 @@ def compile_baseline(
         eager, _ = build_models(problem, problem.model, bench, seed, device)
         inputs = guard(verdicts.PROBLEM_ERROR, "get_inputs", make_inputs, bench, seed, device)
         compiled = torch.compile(eager)
-        first_calls = functools.partial(_forward_once, compiled, eager, inputs)
-        (got, want), compile_s = _compiling(first_calls, device, notify)
         calls = {"reference": eager, "compiled": compiled}
+        first_calls = functools.partial(_forward_once, calls, inputs, device)
+        (got, want, round_s), framed_s = _compiling(first_calls, device, notify)
+        _refuse_unfinishable(round_s, settings)
+        compile_s = framed_s - sum(round_s.values())  # the first calls alone, as before
         allowed = tolerance(problem, bench, settings.checking.tolerance)
         differs = mismatch(want, got, allowed, accuracy.Exact(eager, inputs, device))
         sampled, _ = sample(calls, bench, seed, inputs, device, settings, timer)
@@ -65,11 +67,24 @@ def compile_baseline(
     return rows
 
 
-def _forward_once(compiled: Any, eager: Any, inputs: list[Any]) -> tuple[Any, Any]:
-    """The compiled reference's first output (the call that compiles it) and eager's."""
+def _forward_once(
+    calls: dict[str, Any], inputs: list[Any], device: torch.device
+) -> tuple[Any, Any, dict[str, float]]:
+    """The compiled reference's first output (the call that compiles it) and eager's, then one
+    more call of each, timed: what a round of the sampling will cost (`_refuse_unfinishable`).
+    That call runs inside the compile's build frame, under --build-timeout, so that a compiled
+    call slower than the time step's --timeout is found out, not killed."""
     with torch.no_grad():
-        got = guard(verdicts.RUNTIME_ERROR, "torch.compile", compiled, *inputs)
-        return got, eager(*inputs)
+        got = guard(verdicts.RUNTIME_ERROR, "torch.compile", calls["compiled"], *inputs)
+        want = calls["reference"](*inputs)
+        seconds = {}
+        for name, call in calls.items():
+            synchronize(device)
+            started = time.perf_counter()
+            guard(verdicts.RUNTIME_ERROR, f"{name}, timed once", call, *inputs)
+            synchronize(device)
+            seconds[name] = time.perf_counter() - started
+        return got, want, seconds
 
 
 def _compiling(
@@ -85,6 +100,24 @@ def _compiling(
         return done, time.perf_counter() - begin
     finally:
         notify(BuildEnd(COMPILE_BUILD, time.perf_counter() - begin))
+
+
+def _refuse_unfinishable(round_s: dict[str, float], settings: Settings) -> None:
+    """Raise a timeout Verdict that says why when a warm-up and --min-samples rounds of calls
+    that take `round_s` seconds each cannot end within the time step's --timeout. On a CPU,
+    Inductor's code for some operators is far slower than eager (multilabel_margin_loss at
+    4096x8192: minutes a call), and sampling it would only be killed at the limit."""
+    rounds = 1 + settings.timing.rule.min_samples
+    needed = rounds * sum(round_s.values())
+    limit = settings.limits.run_s
+    if needed > limit:
+        eager = round_s.get("reference", 0.0)
+        raise verdicts.Verdict(
+            verdicts.TIMEOUT,
+            f"a compiled call takes {round_s['compiled']:.3g} s here (eager {eager:.3g} s): a "
+            f"warm-up and {rounds - 1} samples need ~{needed:.0f} s, past --timeout {limit:g} s "
+            "(raise it to time them)",
+        )
 
 
 def _compiled_passes(

@@ -346,7 +346,7 @@ class Session:
         self.progress.note(f"{source.name}: timing the torch.compile baseline")
         job = self._reference_job(source, "compile_baseline", "compile")
         result = harness_checked(run_job(job), job)
-        verdict = f"{result.status} {result.detail}".strip()
+        verdict = f"{result.status}: {result.detail}" if result.detail else str(result.status)
         self.progress.note(f"{source.name}: torch.compile baseline: {verdict}")
         if not result.ok:
             self.uncompiled[source.name] = verdict
@@ -382,7 +382,7 @@ def harness_checked(result: Judged, job: Job) -> Judged:
     )
 
 
-NOTE_CHARS = 160  # of a failed compile baseline's verdict, in the note of each row it leaves blank
+NOTE_CHARS = 180  # of a failed compile baseline's verdict, in the note of each row it leaves blank
 
 
 def summary(ran: RunRecord) -> str:
