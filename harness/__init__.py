@@ -42,6 +42,8 @@ measure/   the worker process, one per solution: builds, checks and times it
                headers, <torch/types.h>);
                a compiler error pointed at the solution's .py
     pch        PyTorch's extension header, precompiled once for every build
+    triton_builds  each compile of a solution's Triton kernels framed as a build; its errors
+               pointed at the solution's line; a Triton solution on the CPU is no_gpu
     checking   build Model and ModelNew alike and check every case, in the reference's mode
     audit      find where a zero, constant or memorised answer would pass a problem (flagged),
                and refuse a problem whose reference fails; those answers, built and read
@@ -64,6 +66,7 @@ measure/   the worker process, one per solution: builds, checks and times it
 results/   reads recorded files only (no GPU, no worker): what people read
     report     a problem's tables (markdown and CSV): their columns, each row's flags, which
                record of each solution a table shows
+    sol        a row's speed of light: T_SOL, the share of it reached, the SOL score
     summary    the summary across problems (scores, best per problem, fast_p); a results
                folder re-rendered from its log (tables, charts, summary); the compact table a
                run prints; a problem's speedups drawn as an SVG (with matplotlib)

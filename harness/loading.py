@@ -30,7 +30,7 @@ import os
 import random
 import sys
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from types import ModuleType
 from typing import Any
@@ -38,7 +38,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from harness.settings import Checking
+from harness.settings import PRECISION_NAMES, Checking
 from harness.stats import part
 from harness.verdicts import UserError
 
@@ -73,6 +73,7 @@ class Problem:
     count_bytes: Callable[[list[Any], Any], int] | None = None
     count_flops: Callable[[list[Any], Any], int] | None = None
     backward: bool = False  # BACKWARD = True: the gradients are judged too
+    dtype: torch.dtype | None = None  # --precision's: both models' floats cast when built
 
 
 def import_file(path: Path | str, namespace: Mapping[str, object] | None = None) -> ModuleType:
@@ -124,8 +125,9 @@ def reference_namespace(path: Path | str) -> dict[str, object]:
     return {k: v for k, v in names.items() if not (k.startswith("__") and k.endswith("__"))}
 
 
-def load_problem(name: str, path: Path) -> Problem:
-    """Import a reference file and check its contract; UserError says what is missing."""
+def load_problem(name: str, path: Path, precision: str | None = None) -> Problem:
+    """Import a reference file and check its contract; UserError says what is missing. With a
+    `precision` (--precision), the problem run at it (`at_precision`)."""
     try:
         module = import_file(path)
     except UserError:
@@ -134,7 +136,7 @@ def load_problem(name: str, path: Path) -> Problem:
         raise UserError(f"{path}: syntax error on line {err.lineno}: {err.msg}") from err
     except Exception as err:
         raise UserError(f"{path}: importing it raised {type(err).__name__}: {err}") from err
-    return problem_from_module(name, path, module)
+    return at_precision(problem_from_module(name, path, module), precision)
 
 
 def problem_from_module(name: str, path: Path, module: ModuleType) -> Problem:
@@ -156,6 +158,58 @@ def problem_from_module(name: str, path: Path, module: ModuleType) -> Problem:
     return Problem(
         name, path, module.Model, cases, benchmarks, atol, rtol, **counters, backward=backward
     )
+
+
+PRECISIONS = dict(zip(PRECISION_NAMES, (torch.float32, torch.float16, torch.bfloat16), strict=True))
+
+
+def at_precision(problem: Problem, precision: str | None) -> Problem:
+    """`problem` run at `precision` (--precision, KernelBench's option of that name): the
+    floating-point tensors among every case's and benchmark's inputs and init inputs cast to
+    its dtype, a view keeping its strides and offset; integer, bool and complex tensors left
+    alone (class labels stay labels: KernelBench issue #151); and `dtype` set, so that both
+    models' floating-point parameters and buffers are cast when built
+    (harness.measure.checking.build_model). None: the problem as written, its own dtypes."""
+    if precision is None:
+        return problem
+    dtype = PRECISIONS[precision]
+
+    def cast_case(case: Case) -> Case:
+        return replace(
+            case,
+            get_inputs=_casting(case.get_inputs, dtype),
+            get_init_inputs=_casting(case.get_init_inputs, dtype),
+        )
+
+    return replace(
+        problem,
+        cases=tuple(map(cast_case, problem.cases)),
+        benchmarks=tuple(map(cast_case, problem.benchmarks)),
+        dtype=dtype,
+    )
+
+
+def _casting(make: Callable[[], Any], dtype: torch.dtype) -> Callable[[], Any]:
+    """`make`, its list's floating-point tensors cast to `dtype` (anything else as it made it)."""
+
+    def made() -> Any:
+        values = make()
+        if not isinstance(values, (list, tuple)):
+            return values  # make_inputs says what is wrong with it
+        return [cast(value, dtype) for value in values]
+
+    return made
+
+
+def cast(value: Any, dtype: torch.dtype) -> Any:
+    """A floating-point tensor as `dtype`, with the same strides and storage offset (the whole
+    storage is cast, as `replicate` copies it); any other value as it is."""
+    if not isinstance(value, torch.Tensor) or not value.is_floating_point():
+        return value
+    if value.dtype == dtype or value.layout != torch.strided or value.numel() == 0:
+        return value.to(dtype)
+    cast_storage = _whole_storage(value).to(dtype)
+    return cast_storage.as_strided(value.shape, value.stride(), value.storage_offset())
 
 
 def _optional_callable(module: ModuleType, attr: str, path: Path) -> Any:
@@ -322,11 +376,15 @@ def replicate(value: Any, device: torch.device) -> Any:
         return copy.deepcopy(value)
     if value.layout != torch.strided or value.numel() == 0:
         return value.detach().clone().to(device)
+    moved = _whole_storage(value).detach().to(device, copy=True)
+    return moved.as_strided(value.shape, value.stride(), value.storage_offset())
+
+
+def _whole_storage(value: torch.Tensor) -> torch.Tensor:
+    """A one-dimensional tensor over all of `value`'s storage, from its first element."""
     storage_elements = value.untyped_storage().nbytes() // value.element_size()
     base = torch.empty(0, dtype=value.dtype, device=value.device)
-    base.set_(value.untyped_storage(), 0, (storage_elements,), (1,))
-    moved = base.detach().to(device, copy=True)
-    return moved.as_strided(value.shape, value.stride(), value.storage_offset())
+    return base.set_(value.untyped_storage(), 0, (storage_elements,), (1,))
 
 
 def replicate_all(values: list[Any], device: torch.device) -> list[Any]:

@@ -44,6 +44,8 @@ from typing import Any
 REPO = Path(__file__).resolve().parent.parent
 FLUSHES = ("read", "write")
 HARNESS, KERNELBENCH = "harness", "kernelbench"  # the profiles a run is judged under (--as)
+PRECISION_NAMES = ("fp32", "fp16", "bf16")  # --precision's (harness.loading.PRECISIONS)
+LOW = PRECISION_NAMES[1:]  # the precisions whose results keep a folder of their own
 COMPARE_THRESHOLD = 0.02  # run.py --compare: a change smaller than this share is "unchanged"
 SEED_LIMIT = 2**62  # --seed at most this: every seed drawn from it stays within torch's range
 # Where builds are cached unless --build-dir says: a folder outside the clone lets a fresh clone
@@ -169,6 +171,14 @@ class Checking:
         "every defence of this harness kept; results go to <machine>-kernelbench/",
         flag="--as",
         choices=(HARNESS, KERNELBENCH),
+    )
+    precision: str | None = option(
+        None,
+        "run both models at this precision, as KernelBench's does: float inputs, parameters and "
+        "buffers cast, integer ones not (default: the problem's own); fp16, bf16 results go to "
+        "<machine>-<precision>/",
+        type=str,
+        choices=PRECISION_NAMES,
     )
     kernelbench_tolerance: float | None = option(
         None,
@@ -352,9 +362,11 @@ class Settings:
 
     @property
     def results_folder_suffix(self) -> str:
-        """What the machine's results folder name gets for this run's profile: '-kernelbench'
-        under --as kernelbench, so rows judged two ways never share a table."""
-        return "" if self.checking.profile == HARNESS else f"-{self.checking.profile}"
+        """The results folder's suffix: '-kernelbench' under --as kernelbench, '-bf16' under
+        --precision bf16 (fp32 gets none), so rows judged two ways never share a table."""
+        checking = self.checking
+        kept = [checking.profile] if checking.profile != HARNESS else []
+        return "".join(f"-{n}" for n in kept + [p for p in (checking.precision,) if p in LOW])
 
     @staticmethod
     def upgraded(data: Mapping[str, object]) -> Mapping[str, object]:
@@ -554,10 +566,11 @@ def use_build_cache(cache_dir: Path, problem: str, solution: Path, arch: str) ->
 
 
 def prepare_environment(build_dir: Path, arch: str) -> None:
-    """Point torch's extension builder at the toolkit, the architecture and the build folder."""
+    """Point torch's extension builder and Triton's cache at the build folder, toolkit and arch."""
     build_dir.mkdir(parents=True, exist_ok=True)
     os.environ["TORCH_EXTENSIONS_DIR"] = str(build_dir)
     os.environ["TORCH_CUDA_ARCH_LIST"] = arch
+    os.environ["TRITON_CACHE_DIR"] = str(build_dir / "triton")  # harness.measure.triton_builds
     cuda_home = find_cuda_home()
     if cuda_home:
         os.environ["CUDA_HOME"] = cuda_home

@@ -8,6 +8,8 @@
 #                                                          (GRAPH=0: none; RESTORE=<run's
 #                                                          results.tar.gz> on a fresh machine)
 #   GIT_COMMIT=<sha> bash scripts/gpu_session.sh checks    every GPU test (scripts/gpu_tests.sh)
+#   bash scripts/gpu_session.sh backends   issue 60: softmax's and smooth_l1's CUDA and Triton
+#                     solutions judged twice (the second compiles nothing), smooth_l1 at bf16
 #   GIT_COMMIT=<sha> bash scripts/gpu_session.sh sanitize  memcheck on the fast kernels' cases
 #   [SUITE_FLAGS="--style llm --samples 3"] bash scripts/gpu_session.sh throughput
 #                     issue 24's and 44's figures (docs/scale.md): a level-1-sized
@@ -159,6 +161,18 @@ elif [ "$part" = validate ]; then
     --runs "$first" "$second" --json "$out/validation.json"
   step compare 30 $python run.py --compare "$first" "$second"
   [ "${GRAPH:-1}" = 0 ] || step graph 150 $python run.py --all --graph --results-dir "$state/graph"
+elif [ "$part" = backends ]; then  # issue 60: CUDA and Triton solutions of one problem
+  # judged (each build recorded), the same files again (nothing compiled), smooth_l1 at bf16,
+  # and the Triton tests that need a GPU
+  for round in first again; do
+    step "backends-$round-softmax" 150 $python run.py --problem softmax --solution fast_cuda \
+      --solution triton_online --results-dir "$state/backends"
+    step "backends-$round-smooth_l1" 100 $python run.py --problem smooth_l1 \
+      --solution triton_blocks --results-dir "$state/backends"
+  done
+  step backends-bf16 120 $python run.py --problem smooth_l1 --solution triton_blocks \
+    --precision bf16 --results-dir "$state/backends"
+  step backends-tests 120 $python -m pytest -q -x tests/test_triton.py tests/test_precision.py
 elif [ "$part" = checks ]; then
   # Every GPU test (scripts/gpu_tests.sh: builds first, then the tests in parallel, then the
   # ones that must run alone).

@@ -100,6 +100,7 @@ class BuildWatcher:
         self.builds: list[Build] = []
         self.current: Build | None = None
         self.log_offset = 0  # where the current build's output starts in the log
+        self.triton: Any = None  # the solution's Triton kernels' (harness.measure.triton_builds)
 
     @property
     def uses_cuda(self) -> bool:

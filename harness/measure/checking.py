@@ -123,8 +123,10 @@ def build_models(
     """Model and ModelNew from the same seed, with the reference's matching weights copied;
     ModelNew in the mode the reference's constructor left it in."""
     with part("models"):
-        reference = build_model(problem.model, case, seed, device)
-        solution = build_model(model_new, case, seed, device, verdicts.LOAD_ERROR, "ModelNew")
+        reference = build_model(problem.model, case, seed, device, dtype=problem.dtype)
+        solution = build_model(
+            model_new, case, seed, device, verdicts.LOAD_ERROR, "ModelNew", problem.dtype
+        )
         solution.train(getattr(reference, "training", False))
         wanted = solution.state_dict()
         shared = {
@@ -143,13 +145,16 @@ def build_model(
     device: torch.device,
     failure: str = verdicts.PROBLEM_ERROR,
     label: str = "Model",
+    dtype: torch.dtype | None = None,
 ) -> Any:
     """`cls(*init_inputs)` on `device`, its generators seeded with `seed` first; a failure is
-    a Verdict of `failure` (the reference's: problem_error)."""
+    a Verdict of `failure` (the reference's: problem_error). With a `dtype` (--precision,
+    harness.loading.at_precision), its floating-point parameters and buffers are cast to it;
+    integer ones (BatchNorm's step count) stay as they are."""
     seed_everything(seed)  # before get_init_inputs too: it may draw weights at random
     args = guard(verdicts.PROBLEM_ERROR, "get_init_inputs", make_init_inputs, case, device)
     model = guard(failure, f"{label}(*init_inputs)", cls, *args)
-    return model.to(device)
+    return model.to(device) if dtype is None else model.to(device, dtype)
 
 
 def check_once(

@@ -131,7 +131,9 @@ class Referee:
     def model(self, case: Case, seed: int, device: torch.device) -> Any:
         found = self.models.get((case.name, seed, str(device)))
         if found is None:
-            found = checking.build_model(self.problem.model, case, seed, device)
+            found = checking.build_model(
+                self.problem.model, case, seed, device, dtype=self.problem.dtype
+            )
             self.models = {(case.name, seed, str(device)): found}  # one at a time: memory
         return found
 
@@ -238,7 +240,8 @@ def main(problem_name: str, reference: str, settings: Settings, log_path: str, c
     device = torch.device(settings.device)
     if device.type == "cuda":
         torch.cuda.set_device(torch.device("cuda", device.index or 0))
-    referee = Referee(load_problem(problem_name, Path(reference)), settings)
+    problem = load_problem(problem_name, Path(reference), settings.checking.precision)
+    referee = Referee(problem, settings)
     link = directed.Link(conn.send, conn.recv)
     print(f"referee of {problem_name}: ready", flush=True)
     while True:

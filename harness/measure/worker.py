@@ -50,7 +50,15 @@ import torch  # importing torch does not import its extension builder: that wait
 
 from harness import codec, sandbox, settings, verdicts
 from harness.loading import Problem, Seeds, import_file, load_problem, reference_namespace
-from harness.measure import anticheat, audit, directed, hardware, kernelbench, profiling
+from harness.measure import (
+    anticheat,
+    audit,
+    directed,
+    hardware,
+    kernelbench,
+    profiling,
+    triton_builds,
+)
 from harness.measure.benchmarking import time_benchmarks
 from harness.measure.builds import BuildWatcher, NoCudaToolchain
 from harness.measure.checking import check_cases, describe_error
@@ -247,7 +255,9 @@ def run(job: Job, send: Send) -> Judged:
             result["warnings"] = tuple(own.warnings)
             if own.rejection is not None:
                 raise own.rejection
-    except Verdict as verdict:  # a row without timings: they mean nothing for a failed solution
+    except Verdict as raised:  # a row without timings: they mean nothing for a failed solution
+        triton = watcher.triton if watcher is not None else None
+        verdict = triton.failure(raised, Path(job.solution)) if triton else raised
         detail = verdict.detail
         if verdict.status == verdicts.REJECTED and job.settings.checking.profile == KERNELBENCH:
             detail += kernelbench.DEFENCE_NOTE
@@ -354,8 +364,9 @@ def _solution_caused(err: BaseException, solution: Path) -> bool:
 
 
 def setup(job: Job) -> tuple[Problem, torch.device]:
-    """The job's build folder, full float32 precision, its problem and its device: what any
-    process that runs the job's solution sets first (the worker, harness.measure.witness)."""
+    """The job's build folder, full float32 precision, its problem (at --precision) and its
+    device: what any process that runs the job's solution sets first (the worker,
+    harness.measure.witness)."""
     settings = job.settings
     print(f"build folder: {_use_build_cache(job)}", flush=True)
     # Full float32 for the reference (TF32 convolutions would make it less exact than the kernels
@@ -363,7 +374,7 @@ def setup(job: Job) -> tuple[Problem, torch.device]:
     torch.backends.cudnn.allow_tf32 = settings.checking.profile == KERNELBENCH
     torch.backends.cuda.matmul.allow_tf32 = False
     try:
-        problem = load_problem(job.problem, Path(job.reference))
+        problem = load_problem(job.problem, Path(job.reference), settings.checking.precision)
     except UserError as err:
         raise Verdict(verdicts.PROBLEM_ERROR, str(err)) from err
     device = torch.device(settings.device)
@@ -424,10 +435,17 @@ def _load_solution(job: Job, device: torch.device, watcher: BuildWatcher) -> typ
     model_new = getattr(module, "ModelNew", None)
     if not isinstance(model_new, type):
         raise Verdict(verdicts.LOAD_ERROR, "the file defines no ModelNew class")
+    why = "the device is cpu" if torch.cuda.is_available() else "no CUDA device"
     if on_cpu and watcher.uses_cuda:
         built = ", ".join(b.describe() for b in watcher.builds)
-        why = "the device is cpu" if torch.cuda.is_available() else "no CUDA device"
         raise Verdict(verdicts.NO_GPU, f"{built}; not run: {why}")
+    kernels = triton_builds.kernels_of(module)
+    if kernels and on_cpu:
+        named = ", ".join(kernels)
+        raise Verdict(verdicts.NO_GPU, f"Triton kernels ({named}) need a CUDA GPU; not run: {why}")
+    if kernels:
+        watcher.triton = triton_builds.TritonWatcher(watcher.notify, watcher.builds)
+        watcher.triton.install()
     return model_new
 
 

@@ -195,16 +195,24 @@ def compare_runs(old: Side, new: Side, threshold: float = THRESHOLD) -> Comparis
 
 
 def _same_profile(old: Side, new: Side) -> None:
-    """Refuse to set rows judged two ways side by side (run.py --as): their timers differ."""
-    profiles = {
-        side.spec: sorted({r.settings.checking.profile for r in side.latest}) for side in (old, new)
-    }
-    if len({p for found in profiles.values() for p in found}) > 1:
-        shown = "; ".join(f"{spec}: {', '.join(found)}" for spec, found in profiles.items())
-        raise UserError(
-            f"these runs were judged under different profiles ({shown}): their times come from "
-            "different timers and do not compare; compare runs of one profile (run.py --as)"
-        )
+    """Refuse to set rows judged two ways side by side: under two profiles (run.py --as) their
+    timers differ; at two precisions (--precision) their kernels do different work."""
+    ways = (
+        ("under different profiles", lambda r: r.settings.checking.profile, "--as"),
+        (
+            "at different precisions",
+            lambda r: r.settings.checking.precision or "as written",
+            "--precision",
+        ),
+    )
+    for what, way, flag in ways:
+        found = {side.spec: sorted({way(r) for r in side.latest}) for side in (old, new)}
+        if len({w for each in found.values() for w in each}) > 1:
+            shown = "; ".join(f"{spec}: {', '.join(each)}" for spec, each in found.items())
+            raise UserError(
+                f"these runs were judged {what} ({shown}) and do not compare; "
+                f"compare runs of one (run.py {flag})"
+            )
 
 
 def _by_solution(latest: list[RunRecord]) -> dict[tuple[str, str], RunRecord]:

@@ -27,6 +27,7 @@ from tabulate import tabulate
 from harness import codec, stats, verdicts
 from harness.record import LOG_NAME, BenchRow, Ceiling, GpuState, Machine, RunRecord
 from harness.results import baselines, load
+from harness.results.sol import reached_at, side_time, sol_us
 from harness.settings import KERNELBENCH
 from harness.stats import Interval
 
@@ -70,6 +71,7 @@ def _record_row(record: RunRecord, solution: str) -> TableRow:
         own_share=record.own_share,
         reference_share=record.reference_share,
         flags="; ".join(weak_flags(record)) or None,
+        precision=record.settings.checking.precision,
     )
 
 
@@ -84,7 +86,7 @@ def _timing_row(
     """`base` (the record's columns) with one benchmark's, its load's and its flags."""
     solution, reference = bench.solution, bench.reference
     speedup = bench_speedup(bench)
-    center = _center(bench)
+    center = side_time(bench)
     columns: dict[str, Any] = {
         "shape": bench_label(bench),
         "median_us": center(solution),
@@ -115,14 +117,6 @@ def _timing_row(
     return replace(row, flags="; ".join(found))
 
 
-def _center(bench: BenchRow) -> Any:
-    """How a side's time is summed up: the mean under KernelBench's timer, as it reports it;
-    else the median."""
-    if bench.mode == "kernelbench":
-        return lambda measured: measured.mean_us
-    return lambda measured: measured.median_us
-
-
 def _per_call_columns(bench: BenchRow) -> dict[str, Any]:
     """The per-call times (host included) and their speedup, where the row has them."""
     if not bench.per_call:
@@ -150,44 +144,15 @@ def _roofline_columns(bench: BenchRow, ceiling: Ceiling | None) -> dict[str, Any
     }
 
 
-def sol_us(bench: BenchRow, ceiling: Ceiling | None) -> tuple[float | None, str | None]:
-    """The benchmark's speed of light, T_SOL in microseconds: the larger of its bytes over the
-    copy ceiling and its FLOPs over their precision's peak (docs/results.md); and why it misses
-    work where it does. (None, None) off a GPU or without a ceiling or bytes."""
-    if ceiling is None or not bench.bytes:
-        return None, None
-    bound = bench.bound
-    peak = bound.peak_tflops if bound else None
-    memory_us, compute_us = stats.sol_sides_us(bench.bytes, bench.flops, ceiling.copy_gbps, peak)
-    sol = max(memory_us or 0.0, compute_us or 0.0)
-    if bound is None:  # a record made before FLOPs were counted
-        return sol, "FLOPs not counted when this row was measured"
-    return sol, bound.partial
-
-
-def sol_reached(bench: BenchRow, ceiling: Ceiling | None) -> tuple[float, float | None] | None:
-    """The share of T_SOL the solution reaches (T_SOL over its time) and its SOL score against
-    eager PyTorch (stats.sol_score), or None where the row has no bound."""
-    sol, _ = sol_us(bench, ceiling)
-    return None if sol is None else _reached(bench, sol)
-
-
-def _reached(bench: BenchRow, sol: float) -> tuple[float, float | None]:
-    """`sol_reached` for a row whose T_SOL is `sol`."""
-    center = _center(bench)
-    median_us = center(bench.solution)
-    return sol / median_us, stats.sol_score(median_us, center(bench.reference), sol)
-
-
 def _sol_columns(bench: BenchRow, ceiling: Ceiling | None) -> dict[str, Any]:
     """T_SOL, the share of it the solution reaches and its SOL scores against eager and the
     torch.compile'd reference, where the row has a bound."""
     sol, partial = sol_us(bench, ceiling)
     if sol is None:
         return {}
-    share, score = _reached(bench, sol)
+    share, score = reached_at(bench, sol)
     compiled = bench.compile if baselines.bench_vs_compile(bench) else None
-    median_us = _center(bench)(bench.solution)
+    median_us = side_time(bench)(bench.solution)
     versus = stats.sol_score(median_us, compiled.median_us, sol) if compiled else None
     return {
         "sol_us": sol,
@@ -315,6 +280,11 @@ def render_markdown(
     """The problem's page; `latest`, the newest record shown, says where and how it ran."""
     machine = latest.machine if latest else Machine()
     where = machine.gpu or f"CPU ({machine.cpu})"
+    at = (
+        f" at {latest.settings.checking.precision}"
+        if latest and latest.settings.checking.precision
+        else ""
+    )
     env = ", ".join(
         f"{key} {value}"
         for key, value in (
@@ -327,7 +297,7 @@ def render_markdown(
     )
     picture = f"![speedup per solution and shape]({chart})\n\n" if chart else ""
     return (
-        f"# {problem} on {where}\n\n"
+        f"# {problem}{at} on {where}\n\n"
         f"{_weak_paragraph(latest)}"
         f"Latest result of each solution. {_method(latest)}\n\n"
         f"{markdown_table(rows)}\n\n{picture}"
@@ -584,6 +554,7 @@ class TableRow:
     log: str | None = column()
     solution_path: str = column()
     run_id: str = column()
+    precision: str | None = column(default=None)  # --precision's, None: the problem's own
     cpu_timed: bool | None = column(default=None, csv=False)  # load.flags reads it
 
 

@@ -44,7 +44,7 @@ from tabulate import tabulate
 from harness import codec, verdicts
 from harness.record import LOG_NAME, BenchRow, Machine, RunRecord
 from harness.record import read as read_records
-from harness.results import baselines, report
+from harness.results import baselines, report, sol
 from harness.stats import geomean
 
 SUMMARY_NAME = "summary.md"
@@ -77,10 +77,10 @@ def compile_score(record: RunRecord) -> float | None:
 
 def sol_means(record: RunRecord) -> tuple[float | None, float | None]:
     """Geomeans over the shapes of the share of T_SOL reached and of the SOL score against
-    eager (harness.results.report.sol_reached); each None unless ok and every shape has it."""
+    eager (harness.results.sol.sol_reached); each None unless ok and every shape has it."""
     if record.status != verdicts.OK or not record.benchmarks or record.device == "cpu":
         return None, None  # a row timed on the CPU: the GPU's bound does not bound it
-    reached = [report.sol_reached(bench, record.ceiling) for bench in record.benchmarks]
+    reached = [sol.sol_reached(bench, record.ceiling) for bench in record.benchmarks]
     shares = [pair[0] for pair in reached if pair]
     scores = [pair[1] for pair in reached if pair and pair[1] is not None and pair[1] > 0]
     whole = len(record.benchmarks)
