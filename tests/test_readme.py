@@ -78,7 +78,7 @@ def test_the_readme_stays_short() -> None:
 @pytest.mark.build
 def test_the_first_solution_runs_as_written(tmp_path, cli) -> None:
     section = README[README.index("## Your first solution") : README.index("## What you get")]
-    (code,) = re.findall(r"```python\n(.*?)```", section, re.DOTALL)
+    code = re.findall(r"```python\n(.*?)```", section, re.DOTALL)[0]  # then the Triton variant's
     (command,) = re.findall(r"```\n(python run\.py .*?)\n```", section)
     (tmp_path / "my_smooth_l1.py").write_text(code)
     words = shlex.split(command)
@@ -91,6 +91,13 @@ def test_the_first_solution_runs_as_written(tmp_path, cli) -> None:
     assert record["status"] == "ok", record["detail"]
     cases = load_problem("smooth_l1", REPO / "problems" / "smooth_l1" / "reference.py").cases
     assert record["checks"] == 2 * len(cases)  # every case, twice
+
+
+def test_the_triton_variant_is_the_shipped_solutions_own_code() -> None:
+    section = README[README.index("**In Triton.**") : README.index("## What you get")]
+    (code,) = re.findall(r"```python\n(.*?)```", section, re.DOTALL)
+    shipped = (REPO / "solutions" / "smooth_l1" / "triton_blocks.py").read_text()
+    assert code in shipped and "solutions/smooth_l1/triton_blocks.py" in section
 
 
 def commands(text: str, code_only: bool = True) -> list[str]:
