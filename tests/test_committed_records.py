@@ -94,6 +94,7 @@ CHECKING_ADDED = {  # issues 15 and 21
     "profile": "harness",
     "kernelbench_tolerance": None,
     "kernelbench_trials": None,
+    "precision": None,  # issue 60
 }
 
 

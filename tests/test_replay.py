@@ -214,7 +214,7 @@ def test_a_solution_may_be_named_by_its_stem() -> None:
         given_solutions([Path("fast_cud")], source)
     assert str(err.value) == (
         "--solution fast_cud: no such file, and problem 'smooth_l1' has no solution of that "
-        "name; its solutions: fast_cuda, seed_cuda, wide_cuda"
+        "name; its solutions: fast_cuda, seed_cuda, triton_blocks, wide_cuda"
     )
     with pytest.raises(UserError, match=r"no such file$"):
         given_solutions([Path("nope.py")], ProblemSource("toy", TOY / "reference.py"))
