@@ -1,5 +1,7 @@
 """Real builds through torch's extension builder: one small C++ solution, and a compile error."""
 
+from pathlib import Path
+
 import pytest
 
 import run
@@ -32,7 +34,8 @@ def test_cpp_solution_builds_checks_times_and_is_cached(cli: CliRun) -> None:
     assert second["builds"][0]["cached"] is True  # said as much, and no build claimed
 
 
-def test_compile_error_is_a_row_with_the_compilers_first_error(cli: CliRun) -> None:
+def test_compile_error_is_a_row_with_the_compilers_first_error(tmp_path: Path) -> None:
+    cli = CliRun(tmp_path, tmp_path / "builds")  # a fresh build cache: the error is remembered
     args = ["--problem", str(TOY), "--solution", toy_solution("cpp_compile_error")]
     assert cli(*args) == run.EXIT_FAILED
     record = cli.record("cpp_compile_error")
@@ -43,3 +46,15 @@ def test_compile_error_is_a_row_with_the_compilers_first_error(cli: CliRun) -> N
     assert "'undefined_name' was not declared" in record["detail"].replace("‘", "'").replace(
         "’", "'"
     )
+    # The same code again: its build folder (keyed by content and toolchain) remembers the
+    # error, so nothing compiles, in the build pool or the judging slot (issue 61).
+    assert cli(*args) == run.EXIT_FAILED
+    again = cli.record("cpp_compile_error")
+    assert again["run_id"] != record["run_id"] and again["status"] == "compile_error"
+    assert again["detail"].startswith(record["detail"])
+    assert "remembered from an earlier build of the same code: delete " in again["detail"]
+    assert not again.get("builds")
+    (kept,) = (tmp_path / "builds").rglob("compile_error.txt")
+    kept.unlink()  # deleted, as the detail says: the next run compiles again
+    assert cli(*args) == run.EXIT_FAILED
+    assert cli.record("cpp_compile_error")["detail"] == record["detail"]

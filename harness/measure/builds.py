@@ -160,6 +160,31 @@ class BuildWatcher:
         return _short(annotate(_first_error(f"{text}\n{err}"), solution))
 
 
+FAILED_BUILD = "compile_error.txt"  # in a build folder: the compile error its content gave
+
+
+def remember_failure(folder: Path, detail: str) -> None:
+    """Keep a build's compile error in its folder, whose name is the hash of the solution's
+    content and toolchain (harness.settings.build_folder): the same content fails the same way,
+    so a later run answers from it without compiling (`remembered_failure`). A compile killed
+    from outside (a signal, out of memory, a full disk) says nothing of the code: not kept."""
+    if "error" not in detail.lower() or re.search(r"killed|signal|no space left", detail, re.I):
+        return
+    written = folder / f".{FAILED_BUILD}.{os.getpid()}"
+    written.write_text(detail + "\n")
+    written.replace(folder / FAILED_BUILD)
+
+
+def remembered_failure(folder: Path) -> str | None:
+    """The compile error an earlier build of this folder's content gave, with where it is kept
+    (delete it to build again), or None."""
+    kept = folder / FAILED_BUILD
+    if not kept.is_file():
+        return None
+    detail = kept.read_text().strip()
+    return f"{detail} (remembered from an earlier build of the same code: delete {kept} to retry)"
+
+
 def _modules(arguments: Mapping[str, object]) -> dict[Path, int]:
     """The built modules in an extension's build folder, with their times of change: the same
     before and after a build when it only loaded them from the cache."""

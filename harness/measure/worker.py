@@ -60,7 +60,12 @@ from harness.measure import (
     triton_builds,
 )
 from harness.measure.benchmarking import time_benchmarks
-from harness.measure.builds import BuildWatcher, NoCudaToolchain
+from harness.measure.builds import (
+    BuildWatcher,
+    NoCudaToolchain,
+    remember_failure,
+    remembered_failure,
+)
 from harness.measure.checking import check_cases, describe_error
 from harness.measure.compiled import compile_baseline
 from harness.measure.messages import (
@@ -416,9 +421,13 @@ def cuda_not_asked(device: torch.device, settings: Settings) -> str | None:
 def _load_solution(job: Job, device: torch.device, watcher: BuildWatcher) -> type:
     on_cpu = device.type == "cpu"
     namespace = reference_namespace(job.reference)  # what KernelBench's one namespace gives
+    folder = Path(os.environ["TORCH_EXTENSIONS_DIR"])  # the solution's, keyed by its content
+    remembered = remembered_failure(folder)
+    if remembered is not None:  # no compile: it failed before, and would again
+        raise Verdict(verdicts.COMPILE_ERROR, remembered)
     try:  # one build of a solution at a time, whichever processes ask (torch's own lock
         # comes after it writes the sources)
-        with codec.locked(Path(os.environ["TORCH_EXTENSIONS_DIR"])):
+        with codec.locked(folder):
             module = import_file(Path(job.solution), namespace)
     except NoCudaToolchain as err:
         detail = f"not compiled: {err}"
@@ -426,7 +435,9 @@ def _load_solution(job: Job, device: torch.device, watcher: BuildWatcher) -> typ
     except Exception as err:
         traceback.print_exc()
         if watcher.current is not None:
-            raise Verdict(verdicts.COMPILE_ERROR, watcher.failure(err, Path(job.solution))) from err
+            failed = watcher.failure(err, Path(job.solution))
+            remember_failure(folder, failed)
+            raise Verdict(verdicts.COMPILE_ERROR, failed) from err
         if on_cpu and (watcher.uses_cuda or _needs_gpu(err)):
             raise Verdict(
                 verdicts.NO_GPU, f"not run: no CUDA device ({describe_error(err)})"

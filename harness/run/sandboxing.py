@@ -55,6 +55,7 @@ from typing import Any
 
 from harness import sandbox, verdicts
 from harness.measure import pch
+from harness.measure.builds import FAILED_BUILD
 from harness.measure.messages import Judged, harness_failure
 from harness.measure.worker import REFERENCE_TASKS, Job
 from harness.sandbox import POLICY_VARIABLE, SCRATCH_VARIABLE, VIOLATIONS, Policy, hidden_paths
@@ -348,6 +349,8 @@ def stage(job: Job, scratch: Path, links: Path) -> Job:
     if intact(cached):
         shutil.copytree(cached, build, symlinks=True, dirs_exist_ok=True)
     build.mkdir(exist_ok=True)
+    if (cached / FAILED_BUILD).is_file():  # its compile error, remembered (builds.remember_failure)
+        shutil.copy2(cached / FAILED_BUILD, build / FAILED_BUILD)
     return dataclasses.replace(
         job,
         solution=str(name / own.name / solution.name),
@@ -399,6 +402,10 @@ def finish(job: Job, scratch: Path, judged: Judged) -> Judged:
     again = made and _ninja_logs(build) != _ninja_logs(cached)
     if made and (made != _recorded(cached) or not intact(cached) or again):
         publish(build, cached)
+    failed = build / FAILED_BUILD
+    if judged.status == verdicts.COMPILE_ERROR and failed.is_file():  # kept for the next run
+        cached.mkdir(parents=True, exist_ok=True)
+        shutil.copy2(failed, cached / FAILED_BUILD)
     met = violations(scratch, judged)
     shutil.rmtree(scratch, ignore_errors=True)
     _FOLLOWED.pop(str(scratch), None)
