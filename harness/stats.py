@@ -295,6 +295,10 @@ class Parts:
             if self._open:  # resume the outer part
                 self._open[-1] = (self._open[-1][0], now)
 
+    def inside(self, name: str) -> bool:
+        """Whether a part of that name is open now (at any depth)."""
+        return any(open_name == name for open_name, _ in self._open)
+
     def _add(self, name: str, seconds: float) -> None:
         self.seconds[name] = self.seconds.get(name, 0.0) + seconds
 

@@ -66,6 +66,26 @@ def test_each_compile_is_a_build_and_a_cache_hit_says_so() -> None:
     ]
 
 
+def test_a_compile_while_timing_is_not_announced_but_warned_of() -> None:
+    # During a timing the parent reads only the timing's answers from the worker (the directed
+    # rounds): a BuildStart there would be out of turn. New inputs there may still compile.
+    from harness.stats import part
+
+    heard: list[object] = []
+    watcher = triton_builds.TritonWatcher(heard.append, [])
+    info = type(
+        "Info", (), {"jit_function": import_file(toy_solution("triton_kernel")).scale_add_kernel}
+    )()
+    assert watcher.warnings() == []
+    with part("timing"):
+        watcher._before(fn=info)
+        watcher._heard(cache_hit=False)
+        watcher._after()
+    assert heard == [] and len(watcher.builds) == 1
+    (warned,) = watcher.warnings()
+    assert warned.startswith("Triton compiled scale_add_kernel while timing")
+
+
 def test_a_failed_compile_is_a_compile_error_at_the_solutions_line() -> None:
     # Triton's front end (Python to its IR) runs without a GPU: its error is a real one.
     from triton.backends.compiler import GPUTarget

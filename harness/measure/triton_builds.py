@@ -7,9 +7,9 @@ compiles happen inside the solution's first calls. The watcher frames each one a
 the parent (BuildStart, BuildEnd, through Triton's public hooks in `triton.knobs`): it runs
 under --build-timeout, the record lists it (`triton <kernel>`, its seconds, whether Triton's
 cache had it), and a compile that fails is the solution's `compile_error`, pointing at the
-line of its file (`failure`). The first calls are the checks' and the timing's warm-up, never
-a timed call: sampling starts after at least one untimed round on the same inputs
-(harness.measure.timing), which is also where `@triton.autotune` tries its configurations.
+line of its file (`failure`). Each benchmark's inputs are first run by its correctness check,
+before its timing (harness.measure.benchmarking), so its compiles, and `@triton.autotune`'s
+search, happen there; one that still happens while timing is kept for a warning instead.
 
 Triton's cache (`TRITON_CACHE_DIR`) is the solution's build folder's `triton/`
 (harness.settings.prepare_environment), keyed by the solution's content like its extensions,
@@ -30,6 +30,7 @@ from typing import Any
 from harness import verdicts
 from harness.measure.builds import Build, Notify
 from harness.measure.messages import BuildEnd, BuildStart
+from harness.stats import PARTS
 from harness.verdicts import Verdict
 
 PREFIX = "triton "  # a Triton kernel's build is named so: "triton softmax_kernel"
@@ -59,12 +60,31 @@ class _Compiling:
 class TritonWatcher:
     """Frames each Triton compile of the process as a build: `notify` hears BuildStart and
     BuildEnd, `builds` gets a Build per compile (the BuildWatcher's list, so that the record
-    holds them with the extensions)."""
+    holds them with the extensions). A compile while a timing is under way (new inputs there
+    gave a new specialization) is not announced: the parent then reads only the timing's
+    answers from the worker; it is kept in `during_timing` instead, for the record's warnings."""
 
     def __init__(self, notify: Notify, builds: list[Build]) -> None:
-        self.notify = notify
         self.builds = builds
         self.current: _Compiling | None = None
+        self.during_timing: list[str] = []
+        self._notify = notify
+
+    def notify(self, event: BuildStart | BuildEnd) -> None:
+        if not PARTS.inside("timing"):
+            self._notify(event)
+        elif isinstance(event, BuildStart):
+            self.during_timing.append(event.name.removeprefix(PREFIX))
+
+    def warnings(self) -> list[str]:
+        """A warning for the kernels that compiled while a timing was under way."""
+        if not self.during_timing:
+            return []
+        named = ", ".join(sorted(set(self.during_timing)))
+        return [
+            f"Triton compiled {named} while timing (new inputs gave a new specialization): "
+            "in the warm-up rounds or a timed call"
+        ]
 
     def install(self) -> None:
         """Set Triton's compile hooks and listener (triton.knobs) to this watcher's."""

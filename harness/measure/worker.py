@@ -257,7 +257,8 @@ def run(job: Job, send: Send) -> Judged:
             with part("profile"):
                 own = profiling.own_work(problem, model_new, device, seeds, path, built)
             result.update(own_share=own.shares.own, reference_share=own.shares.reference)
-            result["warnings"] = tuple(own.warnings)
+            triton = watcher.triton.warnings() if watcher.triton else []
+            result["warnings"] = (*own.warnings, *triton)
             if own.rejection is not None:
                 raise own.rejection
     except Verdict as raised:  # a row without timings: they mean nothing for a failed solution
