@@ -21,6 +21,7 @@ Where no GPU is there, a solution whose module holds Triton kernels (`kernels_of
 
 from __future__ import annotations
 
+import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -39,11 +40,11 @@ PREFIX = "triton "  # a Triton kernel's build is named so: "triton softmax_kerne
 def kernels_of(module: ModuleType) -> list[str]:
     """The names of the Triton kernels (`@triton.jit`, under `@triton.autotune` or
     `@triton.heuristics` too) defined at the top level of `module`; [] where Triton was never
-    imported."""
-    try:
-        from triton.runtime.jit import KernelInterface
-    except ImportError:
+    imported (and then Triton is not imported here either: a second or so a worker)."""
+    if "triton" not in sys.modules:
         return []
+    from triton.runtime.jit import KernelInterface
+
     return [name for name, value in vars(module).items() if isinstance(value, KernelInterface)]
 
 
