@@ -110,6 +110,8 @@ def test_a_failed_compile_is_a_compile_error_at_the_solutions_line() -> None:
     )
     assert "no_such_function" in verdict.detail
     assert isinstance(heard[-1], BuildEnd)  # the build the parent saw begin ends
+    older = type("OlderTriton", (), {"fn": kernel.fn, "__name__": "broken_kernel"})()
+    assert triton_builds.describe(raised.value, older, path) == verdict.detail  # no def line kept
     other = Verdict(verdicts.INCORRECT, "differs")
     assert watcher.failure(other, path) is other  # no compile under way: as it was
 

@@ -21,6 +21,7 @@ Where no GPU is there, a solution whose module holds Triton kernels (`kernels_of
 
 from __future__ import annotations
 
+import inspect
 import sys
 import time
 from dataclasses import dataclass
@@ -139,9 +140,25 @@ def describe(err: BaseException | None, function: Any, solution: Path) -> str:
     node = getattr(err, "node", None)
     said = getattr(err, "error_message", None) or _last_line(err)
     line = getattr(node, "lineno", None)
-    first = getattr(function, "def_file_line_number", None)
+    first = _def_line(function)
     where = f" at line {first + line - 1} of {solution.name}" if line and first else ""
     return f"Triton kernel {name} failed to compile{where}: {said}"
+
+
+def _def_line(function: Any) -> int | None:
+    """The line of the file where the kernel's `def` stands (its decorators come before):
+    Triton's own attribute where it has one, else found from the Python function's source
+    (older Triton, torch 2.11's, has no `def_file_line_number`)."""
+    known = getattr(function, "def_file_line_number", None)
+    if known:
+        return int(known)
+    try:
+        lines, start = inspect.getsourcelines(getattr(function, "fn", function))
+    except (OSError, TypeError):
+        return None
+    found = (i for i, text in enumerate(lines) if text.lstrip().startswith("def "))
+    offset = next(found, None)
+    return None if offset is None else start + offset
 
 
 def _last_line(err: BaseException | None) -> str:
