@@ -39,53 +39,11 @@ from harness.run.flags import (
     EXIT_USAGE,
     HELP_WIDTH,
     parse_args,
+    settings_for,
 )
 from harness.verdicts import HarnessError, UserError
 
 __all__ = ["EXIT_FAILED", "EXIT_USAGE", "HELP_WIDTH", "main", "settings_for"]  # with the tests'
-
-
-def settings_for(
-    args: argparse.Namespace, device: str | None, capability: tuple[int, int] | None
-) -> settings.Settings:
-    """The run's settings from its flags, with the device, the build targets and the secret
-    resolved here, once: on this host, or as a Ray cluster's judges see them (`device` and
-    `capability` given)."""
-    import torch
-
-    from harness import settings
-
-    if device is None:
-        device = pick_device(args.device)
-        on_gpu = device != "cpu"
-        capability = torch.cuda.get_device_capability(torch.device(device)) if on_gpu else None
-    return settings.from_flags(
-        args,
-        device=device,
-        arch=settings.arch_list(capability, args.arch),
-        secret=settings.draw_secret(args.secret),
-    )
-
-
-def pick_device(requested: str | None) -> str:
-    import torch
-
-    if requested is None:
-        return "cuda:0" if torch.cuda.is_available() else "cpu"
-    if requested.startswith("cuda"):
-        if not torch.cuda.is_available():
-            raise UserError(
-                f"--device {requested}: no CUDA device is visible here; use --device cpu"
-            )
-        index = int(requested.partition(":")[2] or 0)
-        if index >= torch.cuda.device_count():
-            raise UserError(
-                f"--device {requested}: only {torch.cuda.device_count()} CUDA device(s) visible"
-            )
-        return f"cuda:{index}"
-    if requested != "cpu":
-        raise UserError(f"--device {requested!r}: use 'cuda', 'cuda:N' or 'cpu'")
-    return requested
 
 
 def acted_on(args: argparse.Namespace) -> driving.Chosen:
@@ -134,6 +92,10 @@ def main(argv: list[str] | None = None) -> int:
             old, new = args.compare
             print(comparison.render_comparison(old, new, threshold=args.threshold))
             return EXIT_OK
+        if args.serve:
+            from harness.run import service
+
+            return service.serve(args)
         if args.audit_only:
             return audit_problems(args)
         if args.forget:

@@ -4,6 +4,7 @@ The folders say where code runs; tests/test_layout.py holds every import to this
 
 run/       the parent process, one per run.py: finds the work and drives it
     flags      every flag of run.py and every exit status, declared once; -h needs no torch;
+               the settings they make, resolved;
                process trees: what a run or a job started ends with it (SIGTERM as Ctrl-C)
     driving    run.py's runs: which problems and solutions, on which pool, what is printed;
                --render and --forget
@@ -30,6 +31,9 @@ run/       the parent process, one per run.py: finds the work and drives it
     machine    describe the machine a run happened on, and its load as each solution starts
     ncu        --ncu: have Nsight Compute count the bytes one call moves, as a witness
     replay     the command that replays a failed solution on the case it failed on
+    evaluator  the harness from Python: a solution or a batch judged as a run, typed results
+    service    run.py --serve: submissions over HTTP (FastAPI), judged in batches; the page
+    submissions  the service's queue in SQLite: kept across restarts, judged exactly once
 measure/   the worker process, one per solution: builds, checks and times it
     worker     load, check and time one solution (the worker's entry point); a spare worker
                started ahead of its job
@@ -67,12 +71,14 @@ results/   reads recorded files only (no GPU, no worker): what people read
     report     a problem's tables (markdown and CSV): their columns, each row's flags, which
                record of each solution a table shows
     sol        a row's speed of light: T_SOL, the share of it reached, the SOL score
-    summary    the summary across problems (scores, best per problem, fast_p); a results
-               folder re-rendered from its log (tables, charts, summary); the compact table a
-               run prints; a problem's speedups drawn as an SVG (with matplotlib)
+    summary    the summary across problems (scores, best per problem, fast_p); the compact
+               table a run prints; a problem's speedups drawn as an SVG (with matplotlib)
     comparison compare two recorded runs, shape by shape: time and speedup ratios, verdicts
     load       the machine's load a run was timed under, and when a row is flagged for it
     baselines  the torch.compile baseline cache, per GPU and torch version
+    page       the folder's results as one HTML page (index.html): the summary, each
+               problem's table sortable, the charts, two runs compared, live submissions
+    rendering  a results folder re-rendered from its run log: tables, charts, summary, page
 
 Shared by all three, importing no wing:
     settings   the run's settings: declared once, made from the flags, carried whole; the

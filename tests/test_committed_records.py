@@ -11,7 +11,7 @@ import pytest
 
 from harness import codec, record, verdicts
 from harness.record import Machine, RunRecord
-from harness.results import baselines, comparison, report, summary
+from harness.results import baselines, comparison, rendering, report, summary
 from harness.run import machine
 from harness.settings import HARNESS, KERNELBENCH, Checking, Limits, Settings, StopRule
 from tests.conftest import REPO
@@ -224,8 +224,8 @@ def test_each_committed_folders_tables_are_what_its_records_render(machine: str,
     committed = REPO / "results" / machine
     copy = tmp_path / machine
     shutil.copytree(committed, copy, ignore=shutil.ignore_patterns(".lock", "*.svg"))
-    written, _ = summary.render_folder(copy)
-    tables = [path for path in written if path.suffix in (".md", ".csv")]
+    written, _ = rendering.render_folder(copy)
+    tables = [path for path in written if path.suffix in (".md", ".csv", ".html")]
     assert tables, written
     for path in tables:
         assert path.read_text() == (committed / path.name).read_text(), path.name

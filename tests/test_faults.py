@@ -473,7 +473,8 @@ def test_two_runs_writing_one_results_folder_keep_every_record(
     codes, folder = two_runs_one_folder
     lines = (folder / LOG_NAME).read_text().splitlines()
     recorded = [json.loads(line) for line in lines]  # every line whole, valid JSON
-    assert len(recorded) == 6 and all(passed_every_check(r) for r in recorded), recorded
+    seen = [(r["solution"], r["status"], r["checks"], r["detail"]) for r in recorded]
+    assert len(recorded) == 6 and all(passed_every_check(r) for r in recorded), seen
     by_run: dict[str, list[str]] = {}
     for record in recorded:
         by_run.setdefault(record["run_id"], []).append(record["solution"])

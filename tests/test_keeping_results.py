@@ -13,7 +13,7 @@ import pytest
 import run
 from harness import record
 from harness.record import LOG_NAME
-from harness.results import summary
+from harness.results import rendering, summary
 from harness.settings import REPO
 from tests import records_factory as make
 from tests.conftest import FIXTURES, TOY, CliRun, toy_solution
@@ -33,7 +33,7 @@ def folder(tmp_path: Path) -> Path:
     where = tmp_path / "results" / "nvidia-h200"
     record.append(where, make.record("p", "fast", [make.bench(10, 30)]))
     record.append(where, make.record("p", "slow", [make.bench(40, 30)]))
-    summary.render_folder(where)
+    rendering.render_folder(where)
     return where
 
 

@@ -12,7 +12,7 @@ import pytest
 
 from harness import codec, record
 from harness.record import BenchRow, Measurement, RunRecord
-from harness.results import report, summary
+from harness.results import rendering, report, summary
 from tests import records_factory as make
 
 INPUTS = ("float32[512,1024]", "int64[512,1024]")
@@ -153,7 +153,7 @@ def test_same_named_solutions_from_two_folders_are_told_apart() -> None:
 def test_tables_render_from_the_log_alone(tmp_path: Path) -> None:
     record.append(tmp_path, run("fast", benchmarks=[timed(10.0, 25.0)]))
     record.append(tmp_path, run("slow", status="timeout", detail="check step ran past 300 s"))
-    md_path, *_ = summary.render_problem(tmp_path, "p")
+    md_path, *_ = rendering.render_problem(tmp_path, "p")
     markdown = md_path.read_text()
     assert markdown.startswith("# p on NVIDIA H200")
     assert "| fast       | 512x1024 | ok" in markdown and "2.50x" in markdown
@@ -216,7 +216,6 @@ def test_a_small_bandwidth_is_shown_with_its_digits_not_as_zero() -> None:
 
 
 def test_the_console_table_gives_every_note_in_full_within_its_width() -> None:
-    from harness.results import summary
 
     long = "case 'beta=0.5', seed 1234: 17 of 4096 elements differ; max abs err 0.25 at (3, 7)"
     failed = make.record("p", "wrong", status="incorrect", detail=long)

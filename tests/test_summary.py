@@ -8,7 +8,7 @@ import pytest
 
 from harness import record as run_log
 from harness.record import RunRecord
-from harness.results import summary
+from harness.results import rendering, summary
 from tests.records_factory import bench, record
 
 
@@ -118,7 +118,7 @@ def cells(markdown: str) -> list[list[str]]:
 def test_summary_renders_and_writes_from_the_log(tmp_path: Path) -> None:
     for each in crafted():
         run_log.append(tmp_path, each)
-    path, _ = summary.render_summary(tmp_path)
+    path, _ = rendering.render_summary(tmp_path)
     assert path == tmp_path / summary.SUMMARY_NAME
     text = path.read_text()
     assert text.startswith("# Summary on NVIDIA H200")

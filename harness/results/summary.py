@@ -21,13 +21,6 @@ One horizontal bar per (solution, shape) of the latest ok record of each solutio
 1x to the speedup over eager PyTorch on a log axis, with the 95% interval as an error bar.
 The SVG is deterministic (no date, fixed id salt, text kept as text), so an unchanged chart
 rewrites to the same bytes and diffs stay quiet. matplotlib is optional: without it, no chart.
-
-Render everything a results folder shows from its recorded files: per problem its table
-(markdown and CSV) and chart, and the summary across problems. Needs no GPU.
-
-Each render holds the folder's lock and reads its run log once, then hands the records to the
-chart, the tables and the summary: a run that appends meanwhile waits, so a page never mixes
-two versions of the log, and the last render to finish shows every record.
 """
 
 from __future__ import annotations
@@ -43,7 +36,6 @@ from tabulate import tabulate
 
 from harness import codec, verdicts
 from harness.record import LOG_NAME, BenchRow, Machine, RunRecord
-from harness.record import read as read_records
 from harness.results import baselines, report, sol
 from harness.stats import geomean
 
@@ -231,7 +223,7 @@ def _weak_table(weak: dict[str, RunRecord]) -> str:
 def write_summary(folder: Path, all_records: list[RunRecord]) -> Path:
     """Re-render `summary.md` in `folder` from `all_records` (its run log, as
     harness.record.read gives it); returns its path. The caller holds the folder's lock
-    (`render_folder`, `render_problem`)."""
+    (harness.results.folder)."""
     path = folder / SUMMARY_NAME
     codec.write_atomic(path, summary_markdown(all_records))
     return path
@@ -484,45 +476,3 @@ def write_chart(folder: Path, problem: str, records: list[RunRecord]) -> Path | 
         return None
     codec.write_atomic(path, svg)
     return path
-
-
-def render_problem(folder: Path, problem: str) -> list[Path]:
-    """The problem's tables and chart (when matplotlib is installed); returns the files
-    written, the markdown table first (none, the old ones removed, when no row is left)."""
-    return render_problems(folder, [problem])
-
-
-def render_problems(folder: Path, problems: list[str]) -> list[Path]:
-    """`render_problem` for each of `problems`, reading the run log once (a sweep's tables,
-    made at its end: one read per problem would grow with the log, quadratic in a sweep)."""
-    with codec.locked(folder):
-        records = read_records(folder)
-        return [path for problem in problems for path in _problem(folder, problem, records)]
-
-
-def render_summary(folder: Path) -> tuple[Path, list[RunRecord]]:
-    """The summary across the folder's problems; returns its path, and the records it was
-    made from (the run log read once)."""
-    with codec.locked(folder):
-        records = read_records(folder)
-        return write_summary(folder, records), records
-
-
-def render_folder(folder: Path) -> tuple[list[Path], list[RunRecord]]:
-    """Every problem recorded in `folder`, then its summary; returns the files written, and
-    the records they were made from (the run log read once)."""
-    with codec.locked(folder):
-        records = read_records(folder)
-        problems = sorted({r.problem for r in records})
-        written = [path for problem in problems for path in _problem(folder, problem, records)]
-        return [*written, write_summary(folder, records)], records
-
-
-def _problem(folder: Path, problem: str, records: list[RunRecord]) -> list[Path]:
-    if not any(r.problem == problem for r in records):  # every row forgotten (run.py --forget)
-        for suffix in (".md", ".csv", ".svg"):
-            (folder / f"{problem}{suffix}").unlink(missing_ok=True)
-        return []
-    chart = write_chart(folder, problem, records)
-    markdown, table = report.write_tables(folder, problem, records, chart.name if chart else None)
-    return [markdown, table, *([chart] if chart else [])]

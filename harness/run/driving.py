@@ -85,13 +85,21 @@ def chosen_problems(args: argparse.Namespace) -> tuple[Work, list[str]]:
 def run_all(args: argparse.Namespace, resolve: Any) -> int:
     """Run `args`' work on this host's pool or on Ray; `resolve(args, device, capability)`
     makes the settings (run.py's)."""
+    work, unsolved = chosen_problems(args)
+    session, pool = start(args, work, resolve, args.recording and not args.build_only)
+    if args.build_only:
+        return build_work(session, work, pool)
+    sweep = bool(args.problems or args.ray or len(pool.slots) > 1)
+    return run_work(session, work, pool, sweep=sweep, again=args.resume, unsolved=unsolved)
+
+
+def start(args: argparse.Namespace, work: Work, resolve: Any, recording: bool) -> tuple[Any, Any]:
+    """The session and the pool (this host's, or Ray's with --ray) that judge `work`, its
+    sandbox begun (it ends with the pool)."""
     from harness.run import pool as local
     from harness.run import sandboxing
     from harness.run.session import Session
 
-    work, unsolved = chosen_problems(args)
-    recording = args.recording and not args.build_only
-    jobs = local.build_jobs(args.build_jobs)
     if args.ray:
         from harness.run import raypool
 
@@ -99,15 +107,33 @@ def run_all(args: argparse.Namespace, resolve: Any) -> int:
         settings = resolve(args, pool.device, pool.capability)
         session = Session(settings, recording=recording, described=pool.described())
         pool.sandbox(settings, work)  # on every judge; each build task's too
-    else:
-        settings = resolve(args, None, None)
-        pool = local.LocalPool(local.gpu_devices(args.gpus, settings.device), jobs)
-        session = Session(settings, recording=recording)  # its folders checked first
-        sandboxing.begin(settings, work)  # ended with the pool
-    if args.build_only:
-        return build_work(session, work, pool)
-    sweep = bool(args.problems or args.ray or len(pool.slots) > 1)
-    return run_work(session, work, pool, sweep=sweep, again=args.resume, unsolved=unsolved)
+        return session, pool
+    settings = resolve(args, None, None)
+    session = Session(settings, recording=recording)  # its folders checked first
+    pool = local.LocalPool(
+        local.gpu_devices(args.gpus, settings.device), local.build_jobs(args.build_jobs)
+    )
+    sandboxing.begin(settings, work)  # ended with the pool
+    return session, pool
+
+
+def judge_work(args: argparse.Namespace, work: Work) -> list[Judging]:
+    """Judge `work` as a sweep with `args`' settings, printing no rows: each record appended
+    and its problem's tables re-rendered as a run's, then the summary (harness.run.evaluator
+    and the service). How each problem ended."""
+    from harness.results import rendering
+    from harness.run.flags import settings_for
+    from harness.run.reporting import Report
+    from harness.run.scheduler import Scheduler
+
+    session, pool = start(args, work, settings_for, recording=True)
+    try:
+        outcome = Scheduler(session, pool, Report(), in_order=False, count_refused=True).run(work)
+    finally:
+        pool.close()
+    if any(judging.records for judging in outcome):
+        rendering.render_summary(session.folder)
+    return outcome
 
 
 def build_work(session: Session, work: Work, pool: Any) -> int:
@@ -197,7 +223,7 @@ def finish(
     """Print each problem's rows and the summary (a sweep's with `first_wait`: how soon its
     first judgement began); the exit status: EXIT_INPUT where a problem was refused, else
     EXIT_FAILED where a solution did not pass."""
-    from harness.results import summary
+    from harness.results import rendering
     from harness.run.session import passed
 
     code, recorded, records = EXIT_OK, False, []
@@ -213,7 +239,7 @@ def finish(
         if not all(passed(r) for r in done) and code == EXIT_OK:
             code = EXIT_FAILED
     if recorded:  # only a run that recorded something rewrites the summary
-        written, records_there = summary.render_summary(session.folder)
+        written, records_there = rendering.render_summary(session.folder)
         print(f"summary across problems: {written}")
         warn_if_older(records_there, str(session.folder))
     if sweep_s is not None:
@@ -399,7 +425,7 @@ class Chosen:
 def render_folder(where: Chosen) -> None:
     """Re-render every table, chart and the summary of `where` from its run log."""
     from harness import record
-    from harness.results import summary
+    from harness.results import rendering
 
     folder = where.folder
     if not (folder / record.LOG_NAME).is_file():
@@ -407,7 +433,7 @@ def render_folder(where: Chosen) -> None:
             f"--render: no recorded runs in {where.shown} ({where.why}); {_others(folder)}"
         )
     print(f"rendering {where.shown} ({where.why})", flush=True)
-    written, records = summary.render_folder(folder)
+    written, records = rendering.render_folder(folder)
     print(f"rendered {where.shown}: {_names(written)}")
     warn_if_older(records, where.shown)
 
@@ -438,7 +464,7 @@ def warn_if_older(records: list[RunRecord], shown: str) -> None:
 def forget_solution(where: Chosen, problem_arg: str, solution: str) -> None:
     """Drop `solution`'s rows of the problem from the folder `where` names, and re-render it."""
     from harness import record
-    from harness.results import summary
+    from harness.results import rendering
 
     path = Path(problem_arg)  # named as discovery names it; the problem may be gone from disk
     problem = path.stem if path.suffix == ".py" else path.name
@@ -465,7 +491,7 @@ def forget_solution(where: Chosen, problem_arg: str, solution: str) -> None:
     try:
         record.forget(folder, problem, solution)
         before = _tables(folder, problem)
-        written = [*summary.render_problem(folder, problem), summary.render_summary(folder)[0]]
+        written = [*rendering.render_problem(folder, problem), rendering.render_summary(folder)[0]]
     except OSError as err:
         raise UserError(
             f"--forget: cannot write {where.shown} ({err.strerror or err}); fix its permissions"

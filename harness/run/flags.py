@@ -4,7 +4,8 @@ The flags of what to do (--problem, --all, --problems, --list, --render, --compa
 --forget), of scale (--solutions, --gpus, --build-jobs, --resume, --build-only, --ray), and the
 settings' own (harness.settings declares each option with its help; settings.add_flags makes
 the flag). `parse_args` also refuses the combinations that make no sense, and checks every
-value before any work starts. Imports neither torch nor pandas: `-h` stays fast.
+value before any work starts; `settings_for` resolves the settings they make (the device,
+the build targets, the secret). Imports neither torch nor pandas: `-h` stays fast.
 
 What a run starts ends with it: process trees found through /proc, and ended.
 
@@ -68,7 +69,7 @@ class HelpFormatter(argparse.ArgumentDefaultsHelpFormatter, argparse.RawDescript
 USAGE = (
     "run.py (--problem NAME | --all | --problems DIR | --list | --render |\n"
     + " " * 15
-    + "--compare OLD NEW) [options]"
+    + "--compare OLD NEW | --serve) [options]"
 )
 DESCRIPTION = """\
 examples:
@@ -109,6 +110,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     _add_actions(parser)
     add_scale_flags(parser)
+    add_service_flags(parser)
     for title, description, cls, nested in SETTINGS_GROUPS:
         settings.add_flags(parser.add_argument_group(title, description), cls, nested)
     return parser
@@ -143,6 +145,12 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
             f"--machine-folder {args.machine_folder}: takes a folder's name under --results-dir "
             "(such as nvidia-h200), not a path; --results-dir says where those folders are"
         )
+    if not 0 <= args.port <= 65535:
+        parser.error(f"--port {args.port}: give a port from 0 to 65535 (0: any free one)")
+    if args.problem_dir is not None and not args.serve:
+        parser.error("--problem-dir goes with --serve (a sweep names its folder with --problems)")
+    if args.serve and (args.solution or args.forget or args.audit_only or args.build_only):
+        parser.error("--serve takes no --solution, --forget, --audit or --build-only")
     if not args.recording and (args.forget or args.audit_only or not (args.problem or args.all)):
         parser.error(f"--no-record is for a run (--problem or --all), not {_mode(args)}")
     try:  # the values alone, before the device is resolved: bad flags fail before any work
@@ -156,7 +164,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     return args
 
 
-MODES = ("problem", "all", "problems", "list", "render", "compare")  # one of them is required
+MODES = ("problem", "all", "problems", "list", "render", "compare", "serve")  # one is required
 # The most each flag may ask for (its least is the settings' own check): beyond these a value
 # is a typo, not a wish (--trials 1000000000 would check for years)
 MOST = {
@@ -241,6 +249,11 @@ def _add_actions(parser: argparse.ArgumentParser) -> None:
         help="compare two recorded runs, each FOLDER[@RUN_ID or @COMMIT] (e.g. "
         "results/nvidia-h200@81e52c2): a row is faster or slower only when its interval says so",
     )
+    what.add_argument(
+        "--serve",
+        action="store_true",
+        help="judge solutions submitted over HTTP (see 'service' below) until interrupted",
+    )
     parser.add_argument(
         "--threshold",
         type=float,
@@ -312,6 +325,33 @@ def add_sweep(what: argparse._MutuallyExclusiveGroup) -> None:
         type=Path,
         help="sweep every problem in DIR (KernelBench .py files, or problem folders) against "
         "the solutions of --solutions, matched by name",
+    )
+
+
+def add_service_flags(parser: argparse.ArgumentParser) -> None:
+    """The flags of --serve: where it listens, where its queue lives, which problems it takes."""
+    group = parser.add_argument_group(
+        "service", "run.py --serve (tokens: HARNESS_TOKENS, else --state-dir's token file)"
+    )
+    group.add_argument(
+        "--host",
+        default="127.0.0.1",
+        help="the address to listen on (another than loopback lets other machines submit)",
+    )
+    group.add_argument("--port", type=int, default=8000, help="the port to listen on")
+    group.add_argument(
+        "--state-dir",
+        metavar="DIR",
+        type=Path,
+        default=settings.REPO / "served",
+        help="the queue (SQLite), the submitted sources and the token file",
+    )
+    group.add_argument(
+        "--problem-dir",
+        metavar="DIR",
+        type=Path,
+        help="beside problems/: a folder of problems submissions may name (a KernelBench "
+        "level's files by their stem)",
     )
 
 
@@ -434,3 +474,44 @@ def tree(root: int, children: dict[int, list[int]]) -> list[int]:
         order += children.get(order[at], [])
         at += 1
     return order
+
+
+def settings_for(
+    args: argparse.Namespace, device: str | None, capability: tuple[int, int] | None
+) -> settings.Settings:
+    """The run's settings from its flags, with the device, the build targets and the secret
+    resolved here, once: on this host, or as a Ray cluster's judges see them (`device` and
+    `capability` given)."""
+    import torch
+
+    if device is None:
+        device = pick_device(args.device)
+        on_gpu = device != "cpu"
+        capability = torch.cuda.get_device_capability(torch.device(device)) if on_gpu else None
+    return settings.from_flags(
+        args,
+        device=device,
+        arch=settings.arch_list(capability, args.arch),
+        secret=settings.draw_secret(args.secret),
+    )
+
+
+def pick_device(requested: str | None) -> str:
+    import torch
+
+    if requested is None:
+        return "cuda:0" if torch.cuda.is_available() else "cpu"
+    if requested.startswith("cuda"):
+        if not torch.cuda.is_available():
+            raise verdicts.UserError(
+                f"--device {requested}: no CUDA device is visible here; use --device cpu"
+            )
+        index = int(requested.partition(":")[2] or 0)
+        if index >= torch.cuda.device_count():
+            raise verdicts.UserError(
+                f"--device {requested}: only {torch.cuda.device_count()} CUDA device(s) visible"
+            )
+        return f"cuda:{index}"
+    if requested != "cpu":
+        raise verdicts.UserError(f"--device {requested!r}: use 'cuda', 'cuda:N' or 'cpu'")
+    return requested

@@ -325,7 +325,8 @@ def _started(process: Any, scratch: Path | None = None) -> Any:
         if scratch is not None and sandboxing.active:  # through the sandbox's launcher
             sandboxing.active.start(process, scratch)
         else:
-            process.start()
+            with sandboxing.spawning():
+                process.start()
     finally:
         signal.pthread_sigmask(signal.SIG_SETMASK, mask)
     return process

@@ -38,7 +38,7 @@ from harness.measure.benchmarking import host_bound, per_call_rule
 from harness.measure.messages import Judged
 from harness.measure.timing import sample
 from harness.record import BenchRow
-from harness.run import rounds
+from harness.run import rounds, sandboxing
 from harness.run.rounds import (
     REFEREE_START_S,
     Broken,
@@ -108,7 +108,8 @@ class Judge:
         process = context.Process(target=referee.main, args=args, daemon=True)
         mask = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
         try:
-            process.start()
+            with sandboxing.spawning():
+                process.start()
             self.process = process
         except OSError as err:  # no process to be had: the harness's failure
             raise RefereeFailed(f"the referee could not start: {err}") from err

@@ -36,6 +36,7 @@ matches the manifest, so nothing another worker wrote there is ever loaded.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import fcntl
 import hashlib
@@ -48,6 +49,7 @@ import sys
 import tempfile
 import threading
 import time
+from collections.abc import Iterator
 from dataclasses import replace
 from multiprocessing import spawn
 from pathlib import Path
@@ -64,6 +66,24 @@ from harness.settings import build_folder
 LAUNCH = Path(__file__).resolve().parent.parent / "sandbox.py"
 CUDA_PROBE_S = 120.0  # how long the check that CUDA starts inside the sandbox may take
 _STARTING = threading.Lock()  # the interpreter and the environment a start takes are global
+
+
+@contextlib.contextmanager
+def spawning() -> Iterator[None]:
+    """Around a spawned process's start: the parent's `__main__` left out of what the child is
+    told to import first (multiprocessing re-runs the parent's script there: a user's script
+    calling harness.run.evaluator without a main guard would run again in each worker, and
+    one read from stdin cannot), under the lock every start takes."""
+    main = sys.modules["__main__"]
+    with _STARTING:
+        spec, path = getattr(main, "__spec__", None), main.__dict__.pop("__file__", None)
+        main.__spec__ = None
+        try:
+            yield
+        finally:
+            main.__spec__ = spec
+            if path is not None:
+                main.__file__ = path
 
 
 def missing() -> list[str]:
@@ -115,7 +135,7 @@ class Sandbox:
 
     def start(self, process: Any, scratch: Path) -> None:
         """Start `process` (a multiprocessing spawn) inside the sandbox, in `scratch`."""
-        with _STARTING:
+        with spawning():
             before, variables = spawn.get_executable(), self.variables(scratch)
             os.environ.update(variables)
             spawn.set_executable(str(self.launcher))

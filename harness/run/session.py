@@ -17,7 +17,7 @@ from harness.measure.worker import Job, cuda_not_asked
 from harness.record import BenchRow, Ceiling, Finding, Machine, RunRecord
 from harness.results import baselines, load, report
 from harness.results.baselines import Baseline, BaselineKey, MeasuredBy
-from harness.results.summary import render_problems
+from harness.results.rendering import render_problems
 from harness.run import discovery, machine, ncu, replay
 from harness.run.auditing import AuditCache, Auditing, RunJob
 from harness.run.discovery import ProblemSource, missing_model_new
