@@ -215,7 +215,7 @@ class Finding:
 
 @dataclass(frozen=True)
 class RunRecord:
-    """One solution's run: what ran, where, how, and what came of it (status.MEANING).
+    """One solution's run: what ran, where, how, and what came of it (verdicts.MEANING).
 
     `device`, `builds` and `build_s` are None where the run never got that far, `reason` unless
     the solution broke a rule, and the shares where no kernel was profiled (a CPU, an old
@@ -250,7 +250,7 @@ class RunRecord:
     own_share: float | None = field(default=None, metadata=OMIT_NONE)
     # ... and in kernels the reference launches too
     reference_share: float | None = field(default=None, metadata=OMIT_NONE)
-    # the reference's sources (toolchain.source_hash)
+    # the reference's sources (harness.settings.source_hash)
     reference_hash: str | None = field(default=None, metadata=OMIT_NONE)
     # seconds in each step of the worker (isolate)
     phase_s: dict[str, float] | None = field(default=None, metadata=OMIT_NONE)

@@ -156,7 +156,7 @@ def memorised(problem: Problem) -> type:
 def test_a_rejected_problem_lets_the_cheat_pass_the_harness_check(
     name: str, cheat: type | None
 ) -> None:
-    """The findings are meaningful: the cheat each one names passes harness.checking's check
+    """The findings are meaningful: the cheat each one names passes harness.measure.checking's check
     on the rejected problem, and fails it on the clean ReLU problem."""
     problem = fixture(name)
     solution = cheat or memorised(problem)

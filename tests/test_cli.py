@@ -111,6 +111,7 @@ OUT_OF_RANGE = [  # every numeric flag, with a value just outside its range
     ["--secret", "-1"],
     ["--kernelbench-trials", "0", "--as", "kernelbench"],
     ["--kernelbench-tolerance", "-1", "--as", "kernelbench"],
+    ["--port", "70000"],
 ]
 
 

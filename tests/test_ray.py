@@ -175,7 +175,7 @@ def test_a_build_unpacked_where_it_was_missing_is_up_to_date_for_ninja(
     assert raypool.restore(folder, lambda: (folder.name, packed))
     assert {p.relative_to(folder): p.stat().st_mtime_ns for p in folder.rglob("*")} == before
     where = folder
-    if not LACKS:  # as staging.stage stages it, mtimes kept
+    if not LACKS:  # as sandboxing.stage stages it, mtimes kept
         link = root / "builds" / ".sandbox" / "b" / folder.relative_to(root / "builds")
         shutil.copytree(folder, tmp_path / "scratch" / "build", symlinks=True)
         link.unlink()  # the link to the build task's scratch folder, gone with it

@@ -279,7 +279,7 @@ def _bytes(tensor: torch.Tensor) -> torch.Tensor:
 def fingerprint(values: Any) -> tuple[int, ...]:
     """Two integers per tensor among `values`, computed where it lives, that change when its
     storage's elements change as a multiset: the sum of their bit patterns and of their squares
-    (each wrapping). Swapping two elements (harness.feeding.perturb) keeps them; overwriting,
+    (each wrapping). Swapping two elements (feeding.perturb) keeps them; overwriting,
     zeroing or filling in does not. Reordering is not seen, and needs not be: a permuted copy of
     the inputs still asks for the work, and a permuted copy of the answer still needs it done.
 

@@ -7,7 +7,7 @@ seed, or the output moves less than the tolerance when they change); if every ca
 same input shape, a solution hard-coded to that shape passes; if they change with torch's
 random seed alone (Dropout in training mode), a kernel matches them only by drawing PyTorch's
 random numbers in its order. The audit runs the reference (never a solution) the way
-harness/checking.py does, in the mode its constructor left it and with torch seeded before each
+measure/checking.py does, in the mode its constructor left it and with torch seeded before each
 call, and says which of these holds, each with how to fix the problem file.
 
 Such a problem is still judged (its findings are WEAK: the run names them, and flags its rows,
@@ -95,7 +95,7 @@ class CaseRun:
     shapes: Shapes
     rerun_report: str | None  # mismatch() of a second run on the first seed's inputs
     random_report: str | None = None  # ... of a run on them with torch seeded otherwise
-    random_modules: list[str] = field(default_factory=list)  # modes.random_modules
+    random_modules: list[str] = field(default_factory=list)  # checking.random_modules
 
 
 class ProblemFailed(Exception):
@@ -188,7 +188,7 @@ def run_case(
     seeds: tuple[int, ...],
     allowed: Tolerance,
 ) -> CaseRun:
-    """The reference's output on each seed, as harness/checking.py builds and calls it.
+    """The reference's output on each seed, as harness/measure/checking.py builds and calls it.
 
     The model is built once from the first seed and then fed each seed's inputs, as a case's
     trials are. On the first seed the reference runs twice, to see whether it repeats itself.

@@ -2,9 +2,9 @@
 worker). The torch.compile baseline samples the same way (harness.measure.compiled).
 
 For each benchmark shape: draw the inputs, check the solution on them once more, then sample
-reference and solution in alternating rounds under the stop rule (harness.timing), each call on
+reference and solution in alternating rounds under the stop rule (timing.py), each call on
 fresh inputs prepared outside the timed region, with random timed calls of the solution checked
-too (harness.feeding). Afterwards the solution's calls are timed once more with a wall clock
+too (harness.measure.feeding). Afterwards the solution's calls are timed once more with a wall clock
 that waits for the whole device and every thread: a solution whose work the events did not see
 (launched on another stream, left to a thread) is rejected as "unseen_work". The row
 keeps both sides' raw samples, the paired speedup with its 95% interval, why sampling stopped,
@@ -525,7 +525,7 @@ def _fed_sides(
     checker: feeding.SpotChecker | None,
     step: gradients.Pass | None,
 ) -> dict[str, Callable[[], object]]:
-    """Each model fed from its own copies of the same input sets (harness.feeding); the
+    """Each model fed from its own copies of the same input sets (harness.measure.feeding); the
     solution's calls spot-checked by `checker`."""
     each = max(hardware.tensor_bytes(inputs), 1)
     count = min(FEED_SETS[1], max(FEED_SETS[0], FEED_BYTES // each))

@@ -12,7 +12,7 @@ the reference runs on a pristine copy. So no expected output exists yet when the
 runs, for it to find and return; and every tensor the harness holds during a solution call (the
 pristine inputs; then the reference's copy, its output and the first output) must come out of
 the call unchanged (fingerprinted, not copied: a copy could be found and changed too). Both
-solution calls must keep the rules of harness.anticheat and match the reference by the run's
+solution calls must keep the rules of harness.measure.anticheat and match the reference by the run's
 criterion (`criterion`): within the tolerance that harness.matching.tolerance gives, or keeping
 the accuracy rule against the reference run in float64 on the same inputs (harness.accuracy);
 or, under `--as kernelbench`, KernelBench's allclose (harness.measure.kernelbench). Any failure
@@ -168,7 +168,7 @@ def check_once(
     keep: Callable[[Any], None] | None = None,
 ) -> str | None:
     """None when the solution matches the reference on `inputs`, else the mismatch; a broken
-    rule of harness.anticheat raises a Verdict (see the module doc for the order of calls).
+    rule of harness.measure.anticheat raises a Verdict (see the module doc for the order of calls).
     `seed` seeds torch's generators before each call; `keep` is given the solution's first
     output (the evidence its referee compares: harness.measure.directed)."""
     with part("guards"):  # what the parts inside leave: fingerprints, copies, the rules

@@ -9,7 +9,7 @@ copies the set: the pristine inputs, should the call be checked.
 A `SpotChecker` decides after each of the solution's timed calls, at random (more of the early
 ones), whether to check it: the output against the reference on the pristine copy, by the
 checks' rule (the tolerance, or the accuracy rule against float64), and the rules of
-harness.anticheat (no aliasing, inputs unchanged, a plain tensor). Deciding afterwards, with
+harness.measure.anticheat (no aliasing, inputs unchanged, a plain tensor). Deciding afterwards, with
 every call's inputs copied alike, leaves a call nothing to tell whether it will be checked.
 
 Both draw from the operating system's generator (`random.SystemRandom`), not a seeded one: a

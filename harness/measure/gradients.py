@@ -23,7 +23,7 @@ whose inputs are the upstream gradients followed by the forward's inputs:
   region, retained), and each call runs only the backward through it.
 
 The upstream gradients are drawn per input set from the benchmark's seed, and the feed changes
-them before every call (harness.feeding swaps two values of the first floating-point input,
+them before every call (harness.measure.feeding swaps two values of the first floating-point input,
 which is the first upstream gradient): every call gets fresh upstream gradients.
 """
 

@@ -6,16 +6,16 @@ to the job's log file, never into the pipe.
 
   load   import the solution (its extensions build here) and find ModelNew
   check  every correctness case of the problem (or the one `case` names), `trials` times
-         each with fresh inputs, under the rules of harness.anticheat; each case's name is
+         each with fresh inputs, under the rules of harness.measure.anticheat; each case's name is
          told to the parent as it starts (a `case` message), so a failure can be replayed
   time   every benchmark of the problem (its name told as a case's is): check once more, then
-         time reference and solution side by side (harness.benchmarking); then profile one
-         call of each (harness.profiling: a GPU solution must launch kernels of its own, and
+         time reference and solution side by side (harness.measure.benchmarking); then profile one
+         call of each (harness.measure.profiling: a GPU solution must launch kernels of its own, and
          not as a fig leaf beside the reference's; the shares of its device time are in the
          result). Skipped with `check_only`.
 
 The clocks, timers and comparisons the harness uses are recorded before the solution is
-imported and verified after each step (harness.integrity).
+imported and verified after each step (harness.measure.anticheat.Snapshot).
 
 A job whose task is one of REFERENCE_TASKS loads no solution: the audit of references, the
 GPU's copy-bandwidth ceiling, or the reference timed eager and under torch.compile side by side
@@ -391,7 +391,8 @@ def setup(job: Job) -> tuple[Problem, torch.device]:
 
 
 def _use_build_cache(job: Job) -> Path:
-    """Build the job's solution in its own folder of the build cache (toolchain.use_build_cache)."""
+    """Build the job's solution in its own folder of the build cache
+    (harness.settings.use_build_cache)."""
     settings = job.settings
     if job.build_folder:
         prepare_environment(Path(job.build_folder), settings.arch)

@@ -223,7 +223,7 @@ def _weak_table(weak: dict[str, RunRecord]) -> str:
 def write_summary(folder: Path, all_records: list[RunRecord]) -> Path:
     """Re-render `summary.md` in `folder` from `all_records` (its run log, as
     harness.record.read gives it); returns its path. The caller holds the folder's lock
-    (harness.results.folder)."""
+    (harness.results.rendering)."""
     path = folder / SUMMARY_NAME
     codec.write_atomic(path, summary_markdown(all_records))
     return path

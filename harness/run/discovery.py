@@ -13,8 +13,8 @@ scan: adding a problem or a solution touches only its own folder.
 A static scan of a solution's source for patterns that honest kernels rarely need.
 
 Only a warning layer: each hit is a note in the record and the table, never a verdict, because
-each pattern has honest uses too. The checks that decide are dynamic (harness.anticheat,
-harness.integrity, harness.profiling, harness.feeding). The Python code is read as a syntax
+each pattern has honest uses too. The checks that decide are dynamic (harness.measure.anticheat,
+harness.measure.profiling, harness.measure.feeding). The Python code is read as a syntax
 tree, so CUDA or C++ source held in its strings does not count, except for the raw-text patterns
 at the end, which look for CUDA calls inside those strings.
 """

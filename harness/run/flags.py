@@ -145,8 +145,6 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
             f"--machine-folder {args.machine_folder}: takes a folder's name under --results-dir "
             "(such as nvidia-h200), not a path; --results-dir says where those folders are"
         )
-    if not 0 <= args.port <= 65535:
-        parser.error(f"--port {args.port}: give a port from 0 to 65535 (0: any free one)")
     if args.problem_dir is not None and not args.serve:
         parser.error("--problem-dir goes with --serve (a sweep names its folder with --problems)")
     if args.serve and (args.solution or args.forget or args.audit_only or args.build_only):
@@ -158,6 +156,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         settings.within("--threshold", args.threshold, 0, 1)
         if args.build_jobs is not None:
             settings.within("--build-jobs", args.build_jobs, 1)
+        settings.within("--port", args.port, 1, 65535)
         within_bounds(parser, args)
     except ValueError as err:
         parser.error(str(err))

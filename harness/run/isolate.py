@@ -131,7 +131,7 @@ class Spare:
         self.process.join(JOIN_S)
         self.receiver.close()
         self.jobs.close()
-        if self.scratch is not None:  # a job's is removed as the job ends (staging.finish)
+        if self.scratch is not None:  # a job's is removed as the job ends (sandboxing.finish)
             shutil.rmtree(self.scratch, ignore_errors=True)
 
 
@@ -299,7 +299,7 @@ def _spawned(staged: worker.Job, scratch: Path | None) -> tuple[Any, Any, Any]:
 
 def _taken_out(job: worker.Job, pid: int, scratch: Path, judged: Judged, staged_s: float) -> Judged:
     """After a sandboxed job: what its worker started killed, its log and build taken out
-    (staging.finish), and the seconds of staging in (`staged_s`) and out as its "stage"
+    (sandboxing.finish), and the seconds of staging in (`staged_s`) and out as its "stage"
     phase."""
     with contextlib.suppress(OSError):
         os.killpg(pid, signal.SIGKILL)  # its group (the launcher's setpgid)

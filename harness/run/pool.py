@@ -174,7 +174,7 @@ class LocalPool:
     def built(self, job: Job) -> bool:
         """Whether the solution's build is whole in the cache, so that a build job would only
         load it (a worker's start, seconds): known in the sandbox, where the harness publishes
-        each build with its modules' digests and stages it for the judge (staging.intact)."""
+        each build with its modules' digests and stages it for the judge (sandboxing.intact)."""
         return sandboxing.active is not None and sandboxing.intact(sandboxing.cache_folder(job))
 
     def close(self) -> None:

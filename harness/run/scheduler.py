@@ -17,7 +17,7 @@ a GPU it is the host time that the per-call figures and the KernelBench profile'
 run.py --resume: what is already recorded for the same solution, toolchain and settings.
 
 A record stands for a solution when all of these are the same: the problem and its reference's
-sources, the solution's sources (toolchain.source_hash), the toolchain (torch, CUDA, the GPU's
+sources, the solution's sources (settings.source_hash), the toolchain (torch, CUDA, the GPU's
 model, the build target) and every setting but those that differ from run to run by design: the
 secret (fresh each run, unless given), the folders, and which GPU of the host it ran on.
 """

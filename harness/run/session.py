@@ -136,7 +136,7 @@ class Session:
         return replace(job, task=task)
 
     def reference_hash(self, source: ProblemSource) -> str:
-        """The reference's sources (toolchain.source_hash), read once per run."""
+        """The reference's sources (harness.settings.source_hash), read once per run."""
         if source.reference not in self._reference_hashes:
             self._reference_hashes[source.reference] = settings.source_hash(source.reference)
         return self._reference_hashes[source.reference]
