@@ -82,14 +82,15 @@ results/   reads recorded files only (no GPU, no worker): what people read
 
 Shared by all three, importing no wing:
     settings   the run's settings: declared once, made from the flags, carried whole; the
-               tolerance a run may set (without torch, for run.py -h); the toolchain:
-               CUDA_HOME, target architectures, per-solution build folders
+               toolchain: CUDA_HOME, target architectures, per-solution build folders
+    tolerance  how close an output must come: the harness's rule (bounds by dtype, their
+               precedence, the float64 part's constants) and KernelBench's table, decided once
     record     the typed record of a run and its benchmark rows; writes and reads the run log
     codec      dataclasses to JSON and back, for the run log, the worker's messages, the specs;
                locked folders, atomic writes, JSON-lines logs
     loading    import a reference and read its optional extras (tolerances, cases, benchmarks);
                seeded inputs (one seed plan), copied with their exact layout to each side
-    matching   whether two outputs match, and the one tolerance rule
+    matching   whether two outputs match under harness.tolerance's rule, and where not
     accuracy   the accuracy rule: errors against the reference run in float64, and its own;
                a tensor read a block at a time (bounded temporaries for outputs of any size)
     stats      a call's raw timings; intervals for medians and speedups, relative standard

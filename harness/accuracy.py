@@ -39,6 +39,7 @@ from typing import Any
 
 import torch
 
+from harness import tolerance
 from harness.stats import part
 
 WIDE = torch.float64  # the exact answer's dtype
@@ -47,8 +48,8 @@ WIDE = torch.float64  # the exact answer's dtype
 # terms need up to 30x (32 lanes each summing 8192 terms one after another, a dot product whose
 # exact answer is 0), float16 arithmetic in a float32 problem 164x (a matrix-vector product) to
 # 1e5x, tanh-GELU 1.1e4x, a LayerNorm off by 1e-2 2e5x.
-MULTIPLE = 32.0
-FLOOR_ULPS = 2.0  # ... plus this many units in the last place of the exact answer (its rounding)
+MULTIPLE = tolerance.ACCURACY_MULTIPLE  # the rule's two constants, decided in harness.tolerance
+FLOOR_ULPS = tolerance.ACCURACY_ULPS
 DRAWS = 4  # more draws of the reference's own error, on inputs moved by one ulp
 DRAW_SEED = 12  # the moves are random, from this seed (they need no secret: they only loosen)
 NARROW = (torch.float32, torch.float16, torch.bfloat16)  # the output dtypes it applies to

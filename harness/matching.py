@@ -19,24 +19,9 @@ import torch
 
 from harness import accuracy
 from harness.accuracy import Index, blocks, first_positions, offsets
-from harness.loading import Case, Problem
-from harness.settings import Tolerance
+from harness.tolerance import DTYPE_DEFAULT, Tolerance
 
 SHOWN_ELEMENTS = 5  # how many mismatching elements a report names
-
-
-def tolerance(problem: Problem, case: Case, override: Tolerance) -> Tolerance:
-    """The one precedence rule, for the checks, the spot checks of timed calls and the audit:
-    each of atol and rtol is the command line's (`override`), else the case's, else the problem's,
-    else None (the output dtype's default)."""
-    return Tolerance(
-        _first_set(override.atol, case.atol, problem.atol),
-        _first_set(override.rtol, case.rtol, problem.rtol),
-    )
-
-
-def _first_set(*values: float | None) -> float | None:
-    return next((v for v in values if v is not None), None)
 
 
 def describe_tolerance(tolerance: Tolerance, output: Any) -> str:
@@ -54,10 +39,6 @@ def leaves(output: Any) -> list[Any]:
     if isinstance(output, (tuple, list)):
         return [leaf for item in output for leaf in leaves(item)]
     return [output]
-
-
-DTYPE_DEFAULT = Tolerance()  # each dtype's own default
-EXACT = Tolerance(0.0, 0.0)
 
 
 Answer = Callable[[], accuracy.Wide]  # the reference's exact answer, computed when called

@@ -5,8 +5,8 @@ Each option is declared once, below, as a field with its default and its help (`
 builds its flags from these declarations, group by group. Adding an option touches its field and
 the code that uses it, nothing in between.
 
-The tolerance a run may set (--atol, --rtol) and the defaults by dtype: plain data,
-importable without torch (so that `run.py -h` needs none); harness.matching applies it.
+The tolerance a run may set (--atol, --rtol; --kernelbench-tolerance) is decided in
+harness.tolerance, with the defaults by dtype.
 
 The build side: the CUDA toolkit, target architectures and per-solution build folders.
 
@@ -41,6 +41,8 @@ from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
+from harness.tolerance import Tolerance
+
 REPO = Path(__file__).resolve().parent.parent
 FLUSHES = ("read", "write")
 HARNESS, KERNELBENCH = "harness", "kernelbench"  # the profiles a run is judged under (--as)
@@ -51,35 +53,6 @@ SEED_LIMIT = 2**62  # --seed at most this: every seed drawn from it stays within
 # Where builds are cached unless --build-dir says: a folder outside the clone lets a fresh clone
 # (CI's, a second checkout) reuse every build whose sources and toolchain are unchanged.
 BUILD_DIR_VARIABLE = "HARNESS_BUILD_DIR"
-
-
-DEFAULT_TOLERANCE = {
-    "float64": (1e-7, 1e-7),
-    "float32": (1e-4, 1e-4),
-    "float16": (1e-2, 1e-2),
-    "bfloat16": (2e-2, 2e-2),
-}
-FALLBACK_TOLERANCE = (1e-4, 1e-4)
-
-
-@dataclass(frozen=True)
-class Tolerance:
-    """How far a floating-point output may stray: |actual - expected| <= atol + rtol * |expected|.
-
-    A field left None takes the output dtype's default (DEFAULT_TOLERANCE); integer and bool
-    outputs are always compared exactly.
-    """
-
-    atol: float | None = None
-    rtol: float | None = None
-
-    def for_dtype(self, dtype: Any) -> tuple[float, float]:
-        """(atol, rtol) as applied to a floating-point tensor of `dtype` (a torch.dtype)."""
-        name = str(dtype).removeprefix("torch.")
-        default_atol, default_rtol = DEFAULT_TOLERANCE.get(name, FALLBACK_TOLERANCE)
-        atol = default_atol if self.atol is None else self.atol
-        rtol = default_rtol if self.rtol is None else self.rtol
-        return atol, rtol
 
 
 def option(default: Any, help: str, resolved: bool = False, **flag: Any) -> Any:
@@ -151,7 +124,7 @@ class Checking:
         "the public seeds alone)",
         resolved=True,
     )
-    tolerance: Tolerance = Tolerance()
+    tolerance: Tolerance = Tolerance()  # noqa: RUF009 - frozen: one shared default is safe
     case: str | None = option(
         None,
         "check only the correctness case of this name ('default' is get_inputs' own); the "

@@ -52,7 +52,7 @@ import suite_kernels
 import suite_sources
 
 from harness import verdicts
-from harness.settings import DEFAULT_TOLERANCE
+from harness.tolerance import BY_DTYPE
 
 KIND_SHARES = {"cuda_ok": 12, "cpu_ok": 3, "wrong": 3, "crash": 2}  # out of their sum
 KIND_STATUS = {  # kind: (status on a machine without a GPU, status on one with a GPU)
@@ -263,7 +263,7 @@ def odd_shape(shape: tuple[int, ...]) -> tuple[int, ...]:
 
 def tolerance(spec: Spec) -> tuple[float, float]:
     """(ATOL, RTOL): the output dtype's default (harness.matching), a tighter ATOL for softmax."""
-    atol, rtol = DEFAULT_TOLERANCE[DTYPES[spec.dtype][0]]
+    atol, rtol = BY_DTYPE[DTYPES[spec.dtype][0]]
     return (SOFTMAX_ATOL[spec.dtype] if spec.op.family == "softmax" else atol), rtol
 
 

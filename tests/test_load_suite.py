@@ -18,11 +18,12 @@ import torch
 
 from harness import accuracy, verdicts
 from harness.loading import Case, Problem, import_file, load_problem, make_inputs
-from harness.matching import DTYPE_DEFAULT, mismatch, tolerance
+from harness.matching import mismatch
 from harness.measure import builds
 from harness.measure.audit import WARN, audit_problem
 from harness.measure.checking import build_models, check_once
 from harness.run.discovery import missing_model_new
+from harness.tolerance import DTYPE_DEFAULT, allowed
 from harness.verdicts import Verdict
 
 REPO = Path(__file__).resolve().parent.parent
@@ -161,8 +162,8 @@ def test_cpu_ok_solutions_match_the_reference_on_every_case(suite: Path) -> None
         problem = problem_of(suite, name)
         for case in problem.cases:
             expected, got, (models, inputs) = run_case(problem, solution, case)
-            allowed = tolerance(problem, case, DTYPE_DEFAULT)
-            assert mismatch(expected, got, allowed) is None, (name, case.name)
+            bounds = allowed(problem, case, DTYPE_DEFAULT)
+            assert mismatch(expected, got, bounds) is None, (name, case.name)
             assert check_once(problem, case, models, inputs, CPU) is None  # the harness's check
 
 
@@ -171,9 +172,9 @@ def test_wrong_solutions_differ_from_the_reference_even_by_the_accuracy_rule(sui
         problem = problem_of(suite, name)
         for case in problem.cases:
             expected, got, (models, inputs) = run_case(problem, solution, case)
-            allowed = tolerance(problem, case, DTYPE_DEFAULT)
+            bounds = allowed(problem, case, DTYPE_DEFAULT)
             exact = accuracy.Exact(models[0], inputs, CPU)
-            assert mismatch(expected, got, allowed, exact) is not None, (name, case.name)
+            assert mismatch(expected, got, bounds, exact) is not None, (name, case.name)
             assert check_once(problem, case, models, inputs, CPU) is not None
 
 

@@ -10,14 +10,15 @@ import pytest
 import torch
 import torch.nn as nn
 
-from harness import accuracy, loading
+from harness import accuracy, loading, tolerance
 from harness import record as record_
 from harness.loading import load_problem, make_inputs
 from harness.matching import mismatch
-from harness.measure import hardware, kernelbench
+from harness.measure import hardware
 from harness.measure.checking import build_models
 from harness.results import comparison
-from harness.settings import Checking, Settings, Tolerance
+from harness.settings import Checking, Settings
+from harness.tolerance import Tolerance
 from harness.verdicts import UserError
 from tests.conftest import REPO, TOY, CliRun, toy_solution
 from tests.records_factory import bench, record
@@ -82,8 +83,8 @@ def test_the_speed_of_light_counts_flops_at_the_precision_run() -> None:
 
 def test_each_profile_and_dtype_gets_its_tolerance() -> None:
     # KernelBench's table follows the precision run (its get_tolerance_for_precision) ...
-    assert kernelbench.tolerance(torch.float32) == 1e-4
-    assert kernelbench.tolerance(torch.float16) == kernelbench.tolerance(torch.bfloat16) == 1e-2
+    assert tolerance.kernelbench(torch.float32) == 1e-4
+    assert tolerance.kernelbench(torch.float16) == tolerance.kernelbench(torch.bfloat16) == 1e-2
     # ... and the harness's default, the output dtype's, before its float64 accuracy rule.
     assert Tolerance().for_dtype(torch.float32) == (1e-4, 1e-4)
     assert Tolerance().for_dtype(torch.float16) == (1e-2, 1e-2)

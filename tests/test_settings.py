@@ -13,9 +13,9 @@ import torch
 import run
 from harness import codec, settings, verdicts
 from harness.loading import load_problem
-from harness.matching import Tolerance, tolerance
 from harness.measure import audit, benchmarking
 from harness.settings import Checking, Settings, StopRule, Timing
+from harness.tolerance import Tolerance, allowed
 from harness.verdicts import Verdict
 from tests.conftest import TOY
 
@@ -149,9 +149,9 @@ def toy():
 def test_the_command_line_beats_the_case_which_beats_the_problem(toy) -> None:
     case = replace(toy.cases[0], atol=1e-2, rtol=None)
     problem = replace(toy, atol=1e-3, rtol=1e-5)
-    assert tolerance(problem, case, Tolerance()) == Tolerance(1e-2, 1e-5)
-    assert tolerance(problem, case, Tolerance(atol=0.5)) == Tolerance(0.5, 1e-5)
-    assert tolerance(toy, toy.cases[0], Tolerance()) == Tolerance(None, None)
+    assert allowed(problem, case, Tolerance()) == Tolerance(1e-2, 1e-5)
+    assert allowed(problem, case, Tolerance(atol=0.5)) == Tolerance(0.5, 1e-5)
+    assert allowed(toy, toy.cases[0], Tolerance()) == Tolerance(None, None)
 
 
 class Reference(torch.nn.Module):

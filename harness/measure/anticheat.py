@@ -48,7 +48,8 @@ import torch
 
 from harness import verdicts
 from harness.accuracy import blocks
-from harness.matching import EXACT, mismatch
+from harness.matching import mismatch
+from harness.tolerance import EXACT
 from harness.verdicts import Verdict
 
 POISON_BYTE = 0xFF

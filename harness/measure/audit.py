@@ -46,18 +46,11 @@ from harness.loading import (
     make_inputs,
     seed_everything,
 )
-from harness.matching import (
-    DTYPE_DEFAULT,
-    Tolerance,
-    describe_tolerance,
-    excess,
-    leaves,
-    mismatch,
-    tolerance,
-)
+from harness.matching import describe_tolerance, excess, leaves, mismatch
 from harness.measure import anticheat, checking
 from harness.measure.checking import call, describe_error
 from harness.record import Finding
+from harness.tolerance import DTYPE_DEFAULT, Tolerance, allowed
 
 REJECT = "reject"  # the problem cannot be judged (its reference fails): the run refuses it
 WEAK = "weak"  # a wrong solution could pass it: it is judged, and its rows are flagged
@@ -109,7 +102,7 @@ def audit_problem(
     seeds: tuple[int, ...] = (1, 2, 3),
 ) -> list[Finding]:
     """Run the reference on the problem's valid cases and return what is wrong, if anything;
-    each case is judged with the tolerance the checks would use (harness.matching.tolerance,
+    each case is judged with the tolerance the checks would use (harness.tolerance.allowed,
     `override` being the command line's)."""
     if len(set(seeds)) < 2:
         raise ValueError(f"the audit needs two different seeds at least, not {seeds}")
@@ -119,9 +112,9 @@ def audit_problem(
     for index, case in enumerate(problem.cases):
         if case.invalid:
             continue
-        allowed = tolerance(problem, case, override)
+        bounds = allowed(problem, case, override)
         try:
-            run = run_case(problem, case, device, seeds if index == 0 else seeds[:1], allowed)
+            run = run_case(problem, case, device, seeds if index == 0 else seeds[:1], bounds)
         except ProblemFailed as failure:
             findings.append(Finding(REJECT, "error", case.name, str(failure)))
             continue
@@ -140,7 +133,7 @@ def audit_problem(
             )
         if index == 0:
             default_shapes = run.shapes
-            finding = judge_values(case.name, run, seeds, allowed)
+            finding = judge_values(case.name, run, seeds, bounds)
             if finding:
                 findings.append(finding)
         else:

@@ -13,7 +13,7 @@ runs, for it to find and return; and every tensor the harness holds during a sol
 pristine inputs; then the reference's copy, its output and the first output) must come out of
 the call unchanged (fingerprinted, not copied: a copy could be found and changed too). Both
 solution calls must keep the rules of harness.measure.anticheat and match the reference by the run's
-criterion (`criterion`): within the tolerance that harness.matching.tolerance gives, or keeping
+criterion (`criterion`): within the bounds that harness.tolerance.allowed gives, or keeping
 the accuracy rule against the reference run in float64 on the same inputs (harness.accuracy);
 or, under `--as kernelbench`, KernelBench's allclose (harness.measure.kernelbench). Any failure
 ends the check with a Verdict naming the case.
@@ -51,10 +51,11 @@ from harness.loading import (
     replicate_all,
     seed_everything,
 )
-from harness.matching import mismatch, tolerance
+from harness.matching import mismatch
 from harness.measure import anticheat, directed, gradients, kernelbench
 from harness.settings import Checking
 from harness.stats import part
+from harness.tolerance import allowed
 from harness.verdicts import HarnessError, Verdict
 
 __all__ = ["Counted", "Verdict", "build_models", "check_cases", "check_once", "keeper"]
@@ -244,9 +245,9 @@ def criterion(
                 expected, actual, checking.kernelbench_tolerance
             )
         )
-    allowed = tolerance(problem, case, checking.tolerance)
-    exact = accuracy.Exact(reference, inputs, device)  # run only if the tolerance rejects
-    return harness_run(lambda expected, actual: mismatch(expected, actual, allowed, exact))
+    bounds = allowed(problem, case, checking.tolerance)
+    exact = accuracy.Exact(reference, inputs, device)  # run only if the bounds reject
+    return harness_run(lambda expected, actual: mismatch(expected, actual, bounds, exact))
 
 
 def harness_run(differs: Differs) -> Differs:

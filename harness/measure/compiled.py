@@ -14,7 +14,7 @@ import torch
 
 from harness import accuracy, verdicts
 from harness.loading import Case, Problem, Seeds, make_inputs
-from harness.matching import mismatch, tolerance
+from harness.matching import mismatch
 from harness.measure import gradients, timing
 from harness.measure.benchmarking import (
     SideBySide,
@@ -27,6 +27,7 @@ from harness.measure.checking import build_models, guard
 from harness.measure.messages import BuildEnd, BuildStart
 from harness.record import CompiledRow
 from harness.settings import Settings
+from harness.tolerance import allowed
 
 COMPILE_BUILD = "torch.compile"  # the build a compile baseline reports for each compile
 Notify = Callable[[BuildStart | BuildEnd], None]  # the worker's `send`
@@ -56,8 +57,8 @@ def compile_baseline(
         (got, want, round_s), framed_s = _compiling(first_calls, device, notify)
         _refuse_unfinishable(round_s, settings)
         compile_s = framed_s - sum(round_s.values())  # the first calls alone, as before
-        allowed = tolerance(problem, bench, settings.checking.tolerance)
-        differs = mismatch(want, got, allowed, accuracy.Exact(eager, inputs, device))
+        bounds = allowed(problem, bench, settings.checking.tolerance)
+        differs = mismatch(want, got, bounds, accuracy.Exact(eager, inputs, device))
         sampled, _ = sample(calls, bench, seed, inputs, device, settings, timer)
         rows.append(_compiled_row(bench.name, inputs, (compile_s, differs), sampled))
         if problem.backward:
@@ -147,8 +148,8 @@ def _compiled_passes(
     )
     training = first.wrap(eager, [])
     exact = accuracy.Exact(training, given, device)
-    allowed = tolerance(problem, bench, settings.checking.tolerance)
-    differs = mismatch(training(*given), got, allowed, exact)
+    bounds = allowed(problem, bench, settings.checking.tolerance)
+    differs = mismatch(training(*given), got, bounds, exact)
     rows = []
     for kind in gradients.KINDS:
         step = gradients.Pass(kind, output, params)

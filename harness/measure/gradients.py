@@ -38,9 +38,9 @@ import torch
 
 from harness import accuracy, verdicts
 from harness.loading import Case, Problem
-from harness.matching import leaves, mismatch, tolerance
+from harness.matching import leaves, mismatch
 from harness.measure import anticheat
-from harness.settings import Tolerance
+from harness.tolerance import Tolerance, allowed
 from harness.verdicts import Verdict
 
 
@@ -103,7 +103,7 @@ def check(
         if want is not None and have is None:
             return f"no gradient for {name}: the solution's backward does not reach it"
     exact = accuracy.Exact(expected, inputs, device)
-    report = mismatch(wanted, given, tolerance(problem, case, override), exact)
+    report = mismatch(wanted, given, allowed(problem, case, override), exact)
     return _named(report, names) if report else None
 
 

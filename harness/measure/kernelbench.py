@@ -7,11 +7,11 @@ Read from ScalingIntelligence/KernelBench (`src/kernelbench/eval.py` and `timing
   every profile (harness.measure.checking, harness.measure.checking).
 - Criterion: on each of 5 trials (`--trials`, whose default is 5), the output must have the
   reference's shape and pass `torch.allclose(reference, output, atol=tol, rtol=tol)`, NaN never
-  equal to NaN; `tol` from the precision table (TOLERANCES: 1e-4 for float32), or
-  `--kernelbench-tolerance` (KernelBench v0 and v0.1 used 1e-2). It replaces this harness's
-  tolerance and float64 accuracy rule; every other check of the harness (the defences: secret
-  input seeds, held tensors, poisoned memory, a second call, spot checks of timed calls, the
-  profiler, unseen work) stays, and a solution rejected by one is marked as such
+  equal to NaN; `tol` from its precision table (harness.tolerance.KERNELBENCH_BY_DTYPE: 1e-4
+  for float32), or `--kernelbench-tolerance` (KernelBench v0 and v0.1 used 1e-2). It replaces
+  this harness's rule (bounds by dtype and the float64 part); every other check of the harness
+  (the defences: secret input seeds, held tensors, poisoned memory, a second call, spot checks of
+  timed calls, the profiler, unseen work) stays, and a solution rejected by one is marked as such
   (`DEFENCE_NOTE`), since KernelBench's criterion alone would not have judged it so.
 - Timer (`time_execution_with_cuda_event`): WARMUP_CALLS calls, each followed by a
   synchronize, then `torch.cuda.empty_cache()`; then per trial: synchronize, fill a fresh
@@ -36,6 +36,7 @@ from typing import Any
 
 import torch
 
+from harness import tolerance
 from harness.accuracy import Index, blocks
 from harness.matching import Tally, differ
 from harness.measure.timing import Call, Sampled, prepare_call
@@ -43,8 +44,6 @@ from harness.settings import KERNELBENCH
 from harness.stats import Measurement
 
 PROFILE = KERNELBENCH
-TOLERANCES = {torch.float32: 1e-4, torch.float16: 1e-2, torch.bfloat16: 1e-2}
-OTHER_TOLERANCE = 1e-4  # a floating dtype KernelBench's table lacks (it refuses those)
 WARMUP_CALLS = 3
 TRIALS = 100
 DISCARDED = 1
@@ -78,7 +77,7 @@ def mismatch(
         return f"{where}: shape {tuple(actual.shape)}, expected {tuple(expected.shape)}"
     if actual.dtype != expected.dtype:
         return f"{where}: dtype {actual.dtype}, expected {expected.dtype} (allclose refuses it)"
-    tol = tolerance(expected.dtype, override)
+    tol = tolerance.kernelbench(expected.dtype, override)
     expected, actual = expected.detach(), actual.detach().to(expected.device)  # where it lives
 
     def outside(index: Index, e: torch.Tensor, a: torch.Tensor) -> torch.Tensor:
@@ -102,11 +101,6 @@ def mismatch(
         f"{where}: {tally.bad} of {expected.numel()} elements fail KernelBench's allclose "
         f"(atol = rtol = {tol:g}, NaN never equal); max abs err {largest}{shown}"
     )
-
-
-def tolerance(dtype: torch.dtype, override: float | None = None) -> float:
-    """atol = rtol for `dtype`: the override, else KernelBench's precision table."""
-    return override if override is not None else TOLERANCES.get(dtype, OTHER_TOLERANCE)
 
 
 class KernelBenchTimer:
