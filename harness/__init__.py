@@ -41,7 +41,6 @@ measure/   the worker process, one per solution: builds, checks and times it
                checks' outputs compared, the reference timed in rounds the parent directs
     directed   what the worker and the referee say to the parent in those rounds (one side
                each), and the checks' outputs a worker leaves for the referee
-    messages   what a worker tells the parent while it works, and what its job ended with
     builds     watch the extension builds a solution makes; the light headers (ATen's operator
                headers, <torch/types.h>);
                a compiler error pointed at the solution's .py
@@ -81,6 +80,8 @@ results/   reads recorded files only (no GPU, no worker): what people read
     rendering  a results folder re-rendered from its run log: tables, charts, summary, page
 
 Shared by all three, importing no wing:
+    job        the job contract, without torch: what the parent asks of a worker (`Job`),
+               what it tells the parent while it works, and what the job ended with (`Judged`)
     settings   the run's settings: declared once, made from the flags, carried whole; the
                toolchain: CUDA_HOME, target architectures, per-solution build folders
     tolerance  how close an output must come: the harness's rule (bounds by dtype, their

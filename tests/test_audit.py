@@ -12,6 +12,7 @@ import torch
 import torch.nn as nn
 
 from harness import verdicts
+from harness.job import Job, Judged
 from harness.loading import Case, Problem, load_problem, seed_everything
 from harness.matching import mismatch
 from harness.measure.audit import (
@@ -29,8 +30,6 @@ from harness.measure.audit import (
     zeros,
 )
 from harness.measure.checking import Verdict, check_cases
-from harness.measure.messages import Judged
-from harness.measure.worker import Job
 from harness.record import Finding
 from harness.run import isolate
 from harness.run.auditing import Auditing

@@ -13,11 +13,10 @@ import pytest
 import torch
 
 from harness import verdicts
+from harness.job import Audited, Job, Judged
 from harness.loading import load_problem
 from harness.measure import audit
-from harness.measure.audit import Audited, audit_each
-from harness.measure.messages import Judged
-from harness.measure.worker import Job
+from harness.measure.audit import audit_each
 from harness.record import Finding
 from harness.run.auditing import AuditCache, Auditing
 from harness.run.discovery import ProblemSource

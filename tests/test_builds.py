@@ -10,8 +10,8 @@ from typing import Any
 
 import pytest
 
+from harness.job import BuildEnd, BuildStart, Event
 from harness.measure import builds
-from harness.measure.messages import BuildEnd, BuildStart, Event
 from harness.run.progress import Progress
 
 SOLUTION = '''"""A solution whose C++ lives in a string."""

@@ -7,8 +7,7 @@ from typing import ClassVar
 import pytest
 
 from harness import verdicts
-from harness.measure.messages import Event, Judged, Phase, ReadyToTime, Tick
-from harness.measure.worker import Job
+from harness.job import Event, Job, Judged, Phase, ReadyToTime, Tick
 from harness.run import isolate, pool
 from harness.run.pool import LocalSlot
 from harness.settings import Checking, Places, Settings, StopRule, Timing
@@ -156,7 +155,7 @@ def test_a_gpu_slot_runs_each_next_job_in_a_spare_started_ahead_of_it(
     ahead = ["started ahead of its job" in (tmp_path / f"{n}.log").read_text() for n in range(3)]
     assert ahead == [False, True, True]
     assert seen.count(ReadyToTime()) == 3  # each passed the gate
-    assert {type(event).__module__ for event in seen} == {"harness.measure.messages"}  # typed
+    assert {type(event).__module__ for event in seen} == {"harness.job"}  # typed
 
 
 class FakeSpare:

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import ast
 import re
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -169,3 +171,17 @@ def test_the_package_map_lists_every_module() -> None:
 
     listed = set(re.findall(r"^ {4}(\w+)\s", harness.__doc__ or "", re.MULTILINE))
     assert {p.stem for p in MODULES if p.stem != "__init__"} == listed
+
+
+def test_the_job_contract_imports_no_torch() -> None:
+    # run/ reads what it asks of a worker and what comes back without loading a GPU library
+    probe = "import sys, harness.job, harness.tolerance; print('torch' in sys.modules)"
+    done = subprocess.run([sys.executable, "-c", probe], cwd=REPO, capture_output=True, text=True)
+    assert done.returncode == 0 and done.stdout.strip() == "False", done.stdout + done.stderr
+
+
+def test_the_parent_takes_the_job_contract_from_it_not_from_the_worker() -> None:
+    for path in (HARNESS / "run").glob("*.py"):
+        text = path.read_text(encoding="utf-8")
+        assert "from harness.measure.worker import Job" not in text, path.name
+        assert not re.search(r"from harness\.measure\.worker import [^\n]*\bJob\b", text), path.name

@@ -312,8 +312,8 @@ def test_each_torch_compile_is_framed_as_a_build_so_the_build_limit_covers_it(
     # Inductor compiling C++ on a cold CPU takes minutes: the first call of the compiled
     # reference lies between a BuildStart and a BuildEnd, which the parent times against
     # --build-timeout (harness.run.isolate._watch), not the time step's --timeout.
+    from harness.job import BuildEnd, BuildStart
     from harness.measure import compiled
-    from harness.measure.messages import BuildEnd, BuildStart
     from harness.settings import Settings, StopRule, Timing
 
     seen: list[object] = []

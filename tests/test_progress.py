@@ -9,7 +9,7 @@ from types import SimpleNamespace
 import pytest
 
 from harness import verdicts
-from harness.measure.messages import BuildEnd, BuildStart, Count, Judged, Phase, Tick
+from harness.job import BuildEnd, BuildStart, Count, Judged, Phase, Tick
 from harness.record import Build
 from harness.run import progress
 from harness.run.progress import Progress

@@ -27,8 +27,11 @@ ray = pytest.importorskip("ray")
 
 from ray.cluster_utils import Cluster  # noqa: E402
 
-from harness.measure.messages import Event, Tick  # noqa: E402
-from harness.measure.worker import Job  # noqa: E402
+from harness.job import (  # noqa: E402
+    Event,
+    Job,
+    Tick,
+)
 from harness.run import raypool, sandboxing  # noqa: E402
 from harness.settings import (  # noqa: E402
     Checking,

@@ -235,7 +235,7 @@ def test_the_directed_timer_pairs_rounds_in_chunks_and_covers_both_sides_alike()
 
 
 def test_a_worker_failure_reported_while_timed_stands_as_its_own() -> None:
-    from harness.measure.messages import Done, Judged
+    from harness.job import Done, Judged
 
     failed = Judged(verdicts.INCORRECT, "benchmark 'b', timed call 3: wrong")
     side = rounds.RemoteSide("worker", lambda m: None, lambda t: Done(failed))
@@ -245,7 +245,7 @@ def test_a_worker_failure_reported_while_timed_stands_as_its_own() -> None:
 
 
 def test_an_ok_reported_in_place_of_an_answer_is_rejected() -> None:
-    from harness.measure.messages import Done, Judged
+    from harness.job import Done, Judged
 
     side = rounds.RemoteSide("worker", lambda m: None, lambda t: Done(Judged(verdicts.OK)))
     with pytest.raises(rounds.Broken) as broken:

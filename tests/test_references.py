@@ -26,7 +26,7 @@ PATH = re.compile(r"(?<![\w./-])((?:harness|tests)/[\w/.-]+\.py)\b")
 # Names that are both a harness module's short name and a word of prose or another library's
 # module: `settings.device` is an attribute of a Settings object, `record.status` of a record.
 OBJECTS = {"settings", "record", "stats", "sandbox", "machine", "progress", "report", "checking"}
-OBJECTS |= {"evaluator", "run"}  # an Evaluator called evaluator; run.py's module is run too
+OBJECTS |= {"evaluator", "run", "job"}  # variables named so; run.py is run too
 FILE_SUFFIXES = {"py", "md", "csv", "svg", "json", "jsonl", "html", "txt", "log", "sqlite", "png"}
 
 

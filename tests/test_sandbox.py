@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from harness import sandbox as sandbox_policy
-from harness.measure.worker import Job
+from harness.job import Job
 from harness.run import pool as local
 from harness.run import raypool, sandboxing
 from harness.run import sandboxing as sandbox

@@ -17,8 +17,7 @@ from typing import Any
 import pytest
 
 from harness import verdicts
-from harness.measure.messages import Judged, Tick
-from harness.measure.worker import Job
+from harness.job import Job, Judged, Tick
 from harness.record import Build, Machine, read
 from harness.run import scheduler
 from harness.run.discovery import ProblemSource, builds_at_import

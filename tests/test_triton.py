@@ -14,10 +14,10 @@ import pytest
 import torch
 
 from harness import verdicts
+from harness.job import BuildEnd, BuildStart
 from harness.loading import import_file
 from harness.measure import triton_builds
 from harness.measure.builds import Build
-from harness.measure.messages import BuildEnd, BuildStart
 from harness.settings import prepare_environment
 from harness.verdicts import Verdict
 from tests.conftest import REPO, TOY, CliRun, toy_solution

@@ -14,7 +14,7 @@ import pytest
 
 import run
 from harness import codec
-from harness.measure.worker import Job
+from harness.job import Job
 from harness.record import BenchRow, Witness
 from harness.results import report
 from harness.run import ncu

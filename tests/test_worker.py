@@ -9,8 +9,8 @@ import pytest
 import torch
 from torch.utils import cpp_extension
 
+from harness.job import Event, Job, Judged, Phase
 from harness.measure import worker
-from harness.measure.messages import Event, Judged, Phase
 from harness.settings import Checking, Places, Settings, StopRule, Timing
 from tests.conftest import TOY, toy_solution
 
@@ -24,7 +24,7 @@ def run_job(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
         monkeypatch.setattr(cpp_extension, name, getattr(cpp_extension, name))
 
     def run(solution: str, **changes) -> tuple[Judged, list[Event]]:
-        job = worker.Job(
+        job = Job(
             problem="toy",
             reference=str(TOY / "reference.py"),
             solution=toy_solution(solution),
@@ -72,7 +72,7 @@ def test_tf32_convolutions_follow_the_profile(
     torch.backends.cuda.matmul.allow_tf32 = True
     checking = Checking(profile=profile)
     settings = Settings(device="cpu", places=Places(build_dir=tmp_path), checking=checking)
-    job = worker.Job("toy", str(TOY / "reference.py"), toy_solution("good"), "", "h", settings)
+    job = Job("toy", str(TOY / "reference.py"), toy_solution("good"), "", "h", settings)
     monkeypatch.setattr(worker, "_use_build_cache", lambda job: tmp_path)
     try:
         worker.setup(job)

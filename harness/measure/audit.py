@@ -38,6 +38,7 @@ from typing import Any
 import torch
 
 from harness.accuracy import blocks
+from harness.job import Audited
 from harness.loading import (
     Case,
     Problem,
@@ -150,14 +151,6 @@ def audit_problem(
             )
         )
     return findings
-
-
-@dataclass(frozen=True)
-class Audited:
-    """One problem's audit: its findings, or why it could not be audited."""
-
-    findings: tuple[Finding, ...] = ()
-    error: str | None = None
 
 
 def audit_each(

@@ -57,8 +57,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from harness.job import BuildEnd, BuildStart
 from harness.measure import pch
-from harness.measure.messages import BuildEnd, BuildStart
 
 Notify = Callable[[BuildStart | BuildEnd], None]
 

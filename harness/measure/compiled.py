@@ -13,6 +13,7 @@ from typing import Any, TypeVar
 import torch
 
 from harness import accuracy, verdicts
+from harness.job import BuildEnd, BuildStart
 from harness.loading import Case, Problem, Seeds, make_inputs
 from harness.matching import mismatch
 from harness.measure import gradients, timing
@@ -24,7 +25,6 @@ from harness.measure.benchmarking import (
     timer_for,
 )
 from harness.measure.checking import build_models, guard
-from harness.measure.messages import BuildEnd, BuildStart
 from harness.record import CompiledRow
 from harness.settings import Settings
 from harness.tolerance import allowed

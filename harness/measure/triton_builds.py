@@ -30,8 +30,8 @@ from types import ModuleType
 from typing import Any
 
 from harness import verdicts
+from harness.job import BuildEnd, BuildStart
 from harness.measure.builds import Build, Notify
-from harness.measure.messages import BuildEnd, BuildStart
 from harness.stats import PARTS
 from harness.verdicts import Verdict
 

@@ -19,9 +19,10 @@ from pathlib import Path
 import torch
 
 from harness import codec
+from harness.job import Job
 from harness.loading import Seeds, import_file, make_inputs, reference_namespace
 from harness.measure.checking import build_models
-from harness.measure.worker import Job, setup
+from harness.measure.worker import setup
 
 
 def count_one_call(job: Job, index: int) -> None:

@@ -42,13 +42,29 @@ import signal
 import sys
 import traceback
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, replace
+from dataclasses import asdict, replace
 from pathlib import Path
 from typing import Any
 
 import torch  # importing torch does not import its extension builder: that waits for setup
 
 from harness import codec, sandbox, settings, verdicts
+from harness.job import (
+    REFERENCE_TASKS,
+    Count,
+    Done,
+    Event,
+    Imported,
+    Job,
+    Judged,
+    OnCase,
+    Phase,
+    ReadyToTime,
+    Warm,
+    Warmed,
+    failure,
+    harness_failure,
+)
 from harness.loading import Problem, Seeds, import_file, load_problem, reference_namespace
 from harness.measure import (
     anticheat,
@@ -68,20 +84,6 @@ from harness.measure.builds import (
 )
 from harness.measure.checking import check_cases, describe_error
 from harness.measure.compiled import compile_baseline
-from harness.measure.messages import (
-    Count,
-    Done,
-    Event,
-    Imported,
-    Judged,
-    OnCase,
-    Phase,
-    ReadyToTime,
-    Warm,
-    Warmed,
-    failure,
-    harness_failure,
-)
 from harness.record import Build
 from harness.settings import (
     KERNELBENCH,
@@ -93,31 +95,7 @@ from harness.settings import (
 from harness.stats import PARTS, part
 from harness.verdicts import HarnessError, UserError, Verdict
 
-
-@dataclass(frozen=True)
-class Job:
-    """Everything a worker needs: what to run, and the run's settings, whole."""
-
-    problem: str
-    reference: str
-    solution: str
-    log_path: str
-    content_hash: str
-    settings: Settings
-    task: str = "solution"  # else "build", the load step alone, without a GPU (harness.run.pool's
-    # build jobs), or one of REFERENCE_TASKS
-    # An "audit" job's problems, (name, reference file) each; none: the job's own problem alone
-    sources: tuple[tuple[str, str], ...] = ()
-    # Where it builds, when not its folder of the build cache (the sandbox's: run.sandboxing)
-    build_folder: str = ""
-    # Directed: a referee holds the reference's side; the parent directs the timing rounds
-    # over the gate, and the checks' outputs go to `evidence` (harness.measure.directed)
-    directed: bool = False
-    evidence: str = ""
-
-
 Send = Callable[[Event], None]
-REFERENCE_TASKS = ("compile_baseline", "audit", "ceiling")
 STARTED_AHEAD = False  # set in a spare worker (`waiting`), said in its log
 
 

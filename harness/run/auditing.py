@@ -36,11 +36,10 @@ from pathlib import Path
 
 import torch
 
+from harness.job import Audited, Job, Judged
 from harness.loading import Problem, load_problem
 from harness.measure import audit
-from harness.measure.audit import REJECT, Audited
-from harness.measure.messages import Judged
-from harness.measure.worker import Job
+from harness.measure.audit import REJECT
 from harness.record import Finding
 from harness.run import replay
 from harness.run.discovery import ProblemSource
@@ -76,7 +75,7 @@ class Auditing:
         self.reference_job = reference_job
         self.reference_result = reference_result
         self.told_default_shapes = False  # the note on problems without CASES, said once
-        self._audited: dict[str, audit.Audited] = {}  # by problem: the worker's answer
+        self._audited: dict[str, Audited] = {}  # by problem: the worker's answer
 
     def audit_all(self, sources: Sequence[ProblemSource], run_job: RunJob) -> None:
         """On a GPU, audit every problem of `sources` in one worker (`run_job`), ahead of
@@ -140,20 +139,20 @@ class Auditing:
         answer = self._audited.pop(source.name, None) or self._kept(source)
         if answer is None and self.device.type == "cpu":
             tolerance = self.settings.checking.tolerance
-            answer = audit.Audited(tuple(audit.audit_problem(problem, self.device, tolerance)))
+            answer = Audited(tuple(audit.audit_problem(problem, self.device, tolerance)))
             self._keep(source, answer)
         elif answer is None:
             answers = self.reference_result(source, "audit", run_job).audits or {}
-            answer = answers.get(source.name, audit.Audited(error="no answer from its worker"))
+            answer = answers.get(source.name, Audited(error="no answer from its worker"))
             self._keep(source, answer)
         if answer.error is not None:
             raise UserError(f"{source.name}: its audit failed: {answer.error}")
         return list(answer.findings)
 
-    def _kept(self, source: ProblemSource) -> audit.Audited | None:
+    def _kept(self, source: ProblemSource) -> Audited | None:
         return self.kept[0].get(self.kept[1](source)) if self.kept else None
 
-    def _keep(self, source: ProblemSource, answer: audit.Audited | None) -> None:
+    def _keep(self, source: ProblemSource, answer: Audited | None) -> None:
         if self.kept and answer is not None:
             self.kept[0].put(self.kept[1](source), answer)
 

@@ -5,7 +5,7 @@ prints goes to the job's log instead. Whatever happens to the worker, a compile 
 exception, a segfault, `os._exit`, a hang, this returns a Judged with a status. A worker
 that fails before any of the solution's code runs (it cannot write its log, it dies while
 starting) is the harness's failure, not the solution's: its result is marked `harness_error`
-(harness.measure.messages.harness_failure), and the session records no verdict from it.
+(harness.job.harness_failure), and the session records no verdict from it.
 
 Time limits: the load step (import, where extensions usually build) and any build started later
 get `build_s`; the check and time steps get `run_s` each.
@@ -41,13 +41,13 @@ from pathlib import Path
 from typing import Any
 
 from harness import verdicts
-from harness.measure import directed, pch, worker
-from harness.measure.messages import (
+from harness.job import (
     BuildEnd,
     BuildStart,
     Done,
     Event,
     Imported,
+    Job,
     Judged,
     OnCase,
     Phase,
@@ -58,6 +58,7 @@ from harness.measure.messages import (
     failure,
     harness_failure,
 )
+from harness.measure import directed, pch, worker
 from harness.measure.worker import waiting
 from harness.run import sandboxing
 from harness.run.flags import PROC, children, end_tree, tree
@@ -136,7 +137,7 @@ class Spare:
 
 
 def run_isolated(
-    job: worker.Job,
+    job: Job,
     on_event: Callable[[Event], None],
     spare: Spare | None = None,
     before_timing: Callable[[], None] | None = None,
@@ -210,7 +211,7 @@ def run_isolated(
     return judged
 
 
-def _directed(job: worker.Job, scratch: Path | None) -> worker.Job:
+def _directed(job: Job, scratch: Path | None) -> Job:
     """A solution's job, directed (harness.run.refereeing): its evidence folder in its scratch
     folder (the sandbox's), else in a folder of its own; any other job as it is."""
     if job.task != "solution":
@@ -219,7 +220,7 @@ def _directed(job: worker.Job, scratch: Path | None) -> worker.Job:
     return replace(job, directed=True, evidence=str(evidence))
 
 
-def _judge(job: worker.Job, process: Any, receiver: Any, gate: Any, log: Path) -> Judge | None:
+def _judge(job: Job, process: Any, receiver: Any, gate: Any, log: Path) -> Judge | None:
     """The parent's evidence of a directed job (None for any other): its worker's messages
     during a sampling are read here, within the job's run limit."""
     if not job.directed:
@@ -274,7 +275,7 @@ def _end(process: Any) -> None:
         process.kill()
 
 
-def _serve(scratch: Path, job: worker.Job, held: Held | None) -> None:
+def _serve(scratch: Path, job: Job, held: Held | None) -> None:
     """What a sandboxed worker's folder asks of the harness as it runs: its log followed, and
     a precompiled header its build wants made (a compile too: held as the builds are)."""
     with contextlib.suppress(OSError):  # its end says why, where it cannot be written
@@ -284,7 +285,7 @@ def _serve(scratch: Path, job: worker.Job, held: Held | None) -> None:
             held.follow(maker)
 
 
-def _spawned(staged: worker.Job, scratch: Path | None) -> tuple[Any, Any, Any]:
+def _spawned(staged: Job, scratch: Path | None) -> tuple[Any, Any, Any]:
     """A fresh worker for `staged` (through the sandbox's launcher with a `scratch` folder):
     the process, the end the parent reads from, and the gate it opens to let the job time."""
     context = multiprocessing.get_context("spawn")
@@ -297,7 +298,7 @@ def _spawned(staged: worker.Job, scratch: Path | None) -> tuple[Any, Any, Any]:
     return process, receiver, gate
 
 
-def _taken_out(job: worker.Job, pid: int, scratch: Path, judged: Judged, staged_s: float) -> Judged:
+def _taken_out(job: Job, pid: int, scratch: Path, judged: Judged, staged_s: float) -> Judged:
     """After a sandboxed job: what its worker started killed, its log and build taken out
     (sandboxing.finish), and the seconds of staging in (`staged_s`) and out as its "stage"
     phase."""

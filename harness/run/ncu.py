@@ -27,7 +27,7 @@ from dataclasses import replace
 from pathlib import Path
 
 from harness import codec, settings
-from harness.measure.worker import Job
+from harness.job import Job
 from harness.record import BenchRow, Witness
 from harness.settings import REPO, Settings
 

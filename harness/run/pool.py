@@ -21,8 +21,7 @@ from pathlib import Path
 
 import torch
 
-from harness.measure.messages import Event, Judged, OnEvent
-from harness.measure.worker import Job
+from harness.job import Event, Job, Judged, OnEvent
 from harness.record import Machine
 from harness.run import isolate, machine, sandboxing
 from harness.run.isolate import Held, can_hold

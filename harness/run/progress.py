@@ -14,7 +14,7 @@ from typing import TextIO
 
 from tqdm import tqdm
 
-from harness.measure.messages import BuildEnd, BuildStart, Count, Event, Phase, Tick
+from harness.job import BuildEnd, BuildStart, Count, Event, Phase, Tick
 
 QUIET_S = 30.0  # without a terminal, how often a long step says it is still going
 HINT_S = 20.0  # a step running this long says what stops it and which flag sets that

@@ -49,8 +49,7 @@ from concurrent.futures import Future
 from pathlib import Path
 from typing import Any
 
-from harness.measure.messages import Event, Judged, OnEvent, Tick, harness_failure
-from harness.measure.worker import Job
+from harness.job import Event, Job, Judged, OnEvent, Tick, harness_failure
 from harness.record import Machine
 from harness.run import sandboxing
 from harness.run.pool import COMPILES_PER_BUILD, LocalSlot, execute

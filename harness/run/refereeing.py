@@ -33,9 +33,9 @@ from pathlib import Path
 from typing import Any
 
 from harness import stats, verdicts
+from harness.job import Judged
 from harness.measure import directed, referee
 from harness.measure.benchmarking import host_bound, per_call_rule
-from harness.measure.messages import Judged
 from harness.measure.timing import sample
 from harness.record import BenchRow
 from harness.run import rounds, sandboxing

@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Protocol, TextIO, TypeVar
 from tqdm import tqdm
 
 from harness import verdicts
-from harness.measure.messages import Judged, OnEvent
+from harness.job import Judged, OnEvent
 from harness.results import report
 from harness.run.progress import QUIET_S, Progress, built_line
 from harness.stats import geomean

@@ -21,8 +21,8 @@ from pathlib import Path
 from typing import Any, NoReturn
 
 from harness import stats, verdicts
+from harness.job import Done, Judged
 from harness.measure import directed, kernelbench
-from harness.measure.messages import Done, Judged
 from harness.measure.timing import CudaTimer, Sampled
 from harness.settings import Settings
 from harness.stats import Interval, Measurement

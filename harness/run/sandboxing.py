@@ -56,10 +56,9 @@ from pathlib import Path
 from typing import Any
 
 from harness import sandbox, verdicts
+from harness.job import REFERENCE_TASKS, Job, Judged, harness_failure
 from harness.measure import pch
 from harness.measure.builds import FAILED_BUILD
-from harness.measure.messages import Judged, harness_failure
-from harness.measure.worker import REFERENCE_TASKS, Job
 from harness.sandbox import POLICY_VARIABLE, SCRATCH_VARIABLE, VIOLATIONS, Policy, hidden_paths
 from harness.settings import build_folder
 

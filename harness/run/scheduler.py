@@ -33,9 +33,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
 from harness import codec, record, settings, verdicts
+from harness.job import Event, Job, Judged, OnEvent, failure
 from harness.loading import Problem
-from harness.measure.messages import Event, Judged, OnEvent, failure
-from harness.measure.worker import Job
 from harness.record import RunRecord
 from harness.results.baselines import Baseline
 from harness.run.auditing import Preparing

@@ -10,10 +10,10 @@ from pathlib import Path
 from typing import Any
 
 from harness import codec, record, settings, verdicts
+from harness.job import Job, Judged, failure
 from harness.loading import Problem, load_problem
 from harness.measure import hardware
-from harness.measure.messages import Judged, failure
-from harness.measure.worker import Job, cuda_not_asked
+from harness.measure.worker import cuda_not_asked
 from harness.record import BenchRow, Ceiling, Finding, Machine, RunRecord
 from harness.results import baselines, load, report
 from harness.results.baselines import Baseline, BaselineKey, MeasuredBy
@@ -116,7 +116,7 @@ class Session:
         return self._ceiling
 
     def _reference_result(self, source: ProblemSource, task: str, run_job: RunJob) -> Judged:
-        """The result of a job that runs `source`'s reference alone (worker.REFERENCE_TASKS);
+        """The result of a job that runs `source`'s reference alone (harness.job.REFERENCE_TASKS);
         where it failed, a UserError for the audit (the problem is refused), else a
         HarnessError."""
         job = self._reference_job(source, task)
@@ -370,7 +370,7 @@ class Session:
 
 
 def harness_checked(result: Judged, job: Job) -> Judged:
-    """`result`, unless the harness failed the job (harness.measure.messages.harness_failure):
+    """`result`, unless the harness failed the job (harness.job.harness_failure):
     then a HarnessError, so that no verdict is recorded against the solution."""
     if not result.harness_error:
         return result

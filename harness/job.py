@@ -1,20 +1,22 @@
-"""What a worker sends its parent: events while it works, and what its job ended with.
+"""The job contract: what the parent asks of a worker, and everything that comes back.
 
-`Judged` is what a worker's job ended with, as the parent reads it: one type for every job,
+`Job` is what a worker is given: the problem, the solution, the run's settings whole, and its
+task (judge a solution; "build" it alone; or one of REFERENCE_TASKS, which run the reference
+only). `Judged` is what a job ended with, as the parent reads it: one type for every job,
 however it ended (a verdict, a crash or a timeout written by the parent, a job that needed no
-worker).
+worker). The parent adds where the worker ended (`phase`, `case`, `phase_s`) and where it ran
+(`machine`); the run's record takes its fields from it (harness.run.session). The jobs that run
+no solution answer in fields of their own: `audits` (each an `Audited`), `ceiling`,
+`compile_rows`.
 
-It crosses the worker's pipe and Ray pickled, whole; the parent adds where the worker ended
-(`phase`, `case`, `phase_s`) and where it ran (`machine`), and the run's record takes its
-fields from it (harness.run.session). The jobs that run no solution (the reference tasks of
-harness.measure.worker) answer in fields of their own: `audits`, `ceiling`, `compile_rows`.
+What a worker tells the parent while it works: one frozen type per kind of message, sent whole
+through the worker's pipe (harness.run.isolate reads them, harness.run.progress shows them).
+The job's end is `Done`, carrying its Judged; the parent adds `Tick`s of its own. A spare
+worker (harness.measure.worker) says `Imported` once its imports are done; it may then be told
+`Warm` before its job, and answers `Warmed`.
 
-What a worker tells the parent while it works, one frozen type per kind of message, sent
-whole through the worker's pipe (harness.run.isolate reads them, harness.run.progress shows
-them). The job's end is `Done`, carrying its Judged; the parent adds `Tick`s of its own.
-
-A spare worker (harness.measure.worker) says `Imported` once its imports are done; it may then
-be told `Warm` before its job, and answers `Warmed`.
+Imports no torch: the parent's modules (harness/run/) and the tests read the contract without
+loading a GPU library (tests/test_layout.py checks it).
 """
 
 from __future__ import annotations
@@ -23,8 +25,40 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from harness import verdicts
-from harness.measure.audit import Audited
-from harness.record import BenchRow, Build, Ceiling, CompiledRow, Machine
+from harness.record import BenchRow, Build, Ceiling, CompiledRow, Finding, Machine
+from harness.settings import Settings
+
+REFERENCE_TASKS = ("compile_baseline", "audit", "ceiling")  # jobs that run no solution
+
+
+@dataclass(frozen=True)
+class Job:
+    """Everything a worker needs: what to run, and the run's settings, whole."""
+
+    problem: str
+    reference: str
+    solution: str
+    log_path: str
+    content_hash: str
+    settings: Settings
+    task: str = "solution"  # else "build", the load step alone, without a GPU (harness.run.pool's
+    # build jobs), or one of REFERENCE_TASKS
+    # An "audit" job's problems, (name, reference file) each; none: the job's own problem alone
+    sources: tuple[tuple[str, str], ...] = ()
+    # Where it builds, when not its folder of the build cache (the sandbox's: run.sandboxing)
+    build_folder: str = ""
+    # Directed: a referee holds the reference's side; the parent directs the timing rounds
+    # over the gate, and the checks' outputs go to `evidence` (harness.measure.directed)
+    directed: bool = False
+    evidence: str = ""
+
+
+@dataclass(frozen=True)
+class Audited:
+    """One problem's audit: its findings, or why it could not be audited."""
+
+    findings: tuple[Finding, ...] = ()
+    error: str | None = None
 
 
 @dataclass(frozen=True)
