@@ -209,7 +209,9 @@ class Judge:
             for attempt in range(rounds.BARE_TRIES):  # a busy machine can slow every batch
                 if attempt:  # of one try: the next comes after a pause (unseen_work's reason)
                     time.sleep(rounds.BARE_PAUSE_S)
+                others = rounds.OthersShare([self.worker_pid, self.process.pid])
                 kept.control, kept.bare, kept.bare_cpu_us = self._bare(sides, kept)
+                kept.bare_others = others.share()
                 if kept.confirmed() is None:
                     break
         self.to_worker(end)

@@ -24,6 +24,7 @@ from harness import stats, verdicts
 from harness.job import Done, Judged
 from harness.measure import directed, kernelbench
 from harness.measure.timing import CudaTimer, Sampled
+from harness.run import flags
 from harness.settings import Settings
 from harness.stats import Interval, Measurement
 
@@ -39,11 +40,12 @@ OTHERS_MAX = 0.9  # the most a CPU row's interval is widened for (by 1 / (1 - 0.
 # A bare batch may take this many times the reported time per call, by where it ran (a CPU's
 # batches of multithreaded calls wander more under load than a GPU's) ...
 LIE_FACTORS = {"cpu": 3.0, "cuda": 1.5}
+LOAD_STRETCH_MAX = 4.0  # on a CPU, the most other processes' load widens LIE_FACTORS by
 BARE_SLACK_US = 2000.0  # ... plus this (a message each way, the process's wake-up)
 BARE_US = 20_000.0  # a bare batch makes about this much of reported time in calls ...
 BARE_MAX_CALLS = 10_000  # ... and at most this many
 BARE_BATCHES = 3  # bare batches a side makes in a try; the least counts
-BARE_TRIES = 2  # tries of them, the second only where the first was not borne out ...
+BARE_TRIES = 3  # tries of them, the second only where the first was not borne out ...
 BARE_PAUSE_S = 1.0  # ... after this pause
 REFEREE_START_S = 120.0  # the referee's start (imports, CUDA) and each of its answers, at most
 
@@ -87,6 +89,7 @@ class Sampling:
     bare_cpu_us: float | None = None
     cores: int = 1
     others_share: float | None = None  # of the processors, other processes' while it sampled
+    bare_others: float | None = None  # ... and while the bare batches ran (on a CPU)
 
     def ratio(self) -> float | None:
         """The solution's bare batch's time per call by the parent's clock, over its reported
@@ -141,15 +144,28 @@ class Sampling:
             return None
         count, wall_us = self.bare
         claimed = per_call_us(self.solution)
-        allowed = self.lie_factor() * self.control_ratio() * count * claimed + BARE_SLACK_US
+        allowed = self.lie_factor() * self.load() * count * claimed + BARE_SLACK_US
         if wall_us <= allowed or self._busy_machine():
             return None
+        busy = f", others {self.bare_others:.0%} of the processors" if self.bare_others else ""
         return (
             f"benchmark {self.spec.bench!r} ({self.spec.kind}): {count} of its calls back to back "
             f"took {wall_us / count:.4g} us each by the harness's clock, outside its process, "
             f"against the {claimed:.4g} us it reported ({self.ratio():.1f}x; the reference's "
-            f"batch {self.control_ratio():.2f}x its own): its report is not its own"
+            f"batch {self.control_ratio():.2f}x its own{busy}): its report is not its own"
         )
+
+    def load(self) -> float:
+        """How much the machine may have stretched the bare batch: the reference's batch's
+        ratio (`control_ratio`), or on a CPU, where other processes took a share s of the
+        processors while the batches ran, 1 / (1 - s) where that is more, LOAD_STRETCH_MAX at
+        most (a report twenty times too fast stays caught; the run's own processes, a
+        solution's among them, are not others)."""
+        share = self.bare_others or 0.0
+        if self.spec.device != "cpu" or share < OTHERS_IGNORED:
+            return self.control_ratio()
+        stretch = min(1 / max(1 - share, 1e-9), LOAD_STRETCH_MAX)
+        return max(self.control_ratio(), stretch)
 
 
 def per_call_us(measured: Measurement) -> float:
@@ -313,10 +329,12 @@ class DirectedTimer:
 
 
 class OthersShare:
-    """The share of this machine's processors that processes other than the run's own (this
-    one, the worker, the referee, and what they started) took since it was made: the busy time
-    the kernel counts for all processors (/proc/stat), less the run's own processor time, over
-    the wall time times the processors. None where the kernel does not say, or over less than
+    """The share of this machine's processors that processes other than the run's own took
+    since it was made: the busy time the kernel counts for all processors (/proc/stat), less
+    the run's own processor time, over the wall time times the processors. The run's own: this
+    process, `pids` (the worker, the referee) and every process below this one (what they
+    started; orphans, run.py being their subreaper), so that a solution's own processes never
+    count as another's load. None where the kernel does not say, or over less than
     OTHERS_MIN_S."""
 
     def __init__(self, pids: list[int | None]) -> None:
@@ -325,15 +343,21 @@ class OthersShare:
         self.busy = machine_busy_ns()
         self.own = self._own_ns()
 
-    def _own_ns(self) -> int:
-        return sum(cpu_ns(pid) for pid in self.pids)
+    def _own_ns(self) -> dict[int, int]:
+        """Each of the run's own processes' processor time so far, by pid."""
+        below = {*flags.tree(os.getpid(), flags.children()), *self.pids}
+        return {pid: cpu_ns(pid) for pid in below}
 
     def others_ns(self) -> int | None:
-        """Processor time other processes took since it was made (None where unknown)."""
+        """Processor time other processes took since it was made (None where unknown): what
+        the run's own took meanwhile is what each of its processes alive now took since then
+        (all of it for one started since)."""
         busy = machine_busy_ns()
         if busy is None or self.busy is None:
             return None
-        return (busy - self.busy) - (self._own_ns() - self.own)
+        now = self._own_ns()
+        own = sum(spent - self.own.get(pid, 0) for pid, spent in now.items())
+        return (busy - self.busy) - own
 
     def share(self) -> float | None:
         """others_ns over the wall time times the processors, within 0 and 1."""
