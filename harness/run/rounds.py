@@ -341,9 +341,9 @@ class OthersShare:
         self.pids = [os.getpid(), *(pid for pid in pids if pid is not None)]
         self.began = time.monotonic()
         self.busy = machine_busy_ns()
-        self.own = self._own_ns()
+        self.own = self.own_ns()
 
-    def _own_ns(self) -> dict[int, int]:
+    def own_ns(self) -> dict[int, int]:
         """Each of the run's own processes' processor time so far, by pid."""
         below = {*flags.tree(os.getpid(), flags.children()), *self.pids}
         return {pid: cpu_ns(pid) for pid in below}
@@ -355,7 +355,7 @@ class OthersShare:
         busy = machine_busy_ns()
         if busy is None or self.busy is None:
             return None
-        now = self._own_ns()
+        now = self.own_ns()
         own = sum(spent - self.own.get(pid, 0) for pid, spent in now.items())
         return (busy - self.busy) - own
 
