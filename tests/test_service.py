@@ -292,7 +292,7 @@ def test_a_server_killed_with_work_queued_judges_each_submission_once_after_a_re
         done = [server.verdict(i) for i in ids]
     finally:
         server.kill()
-    assert [d["status"] for d in done] == ["ok"] * 6, done
+    assert [d["status"] for d in done] == ["ok"] * 6, [(d["status"], d["detail"]) for d in done]
     (log,) = (tmp_path / "results").glob(f"*/{record.LOG_NAME}")
     paths = [r.solution_path for r in record.read(log.parent)]
     for answer in done:

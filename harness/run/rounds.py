@@ -39,7 +39,7 @@ CPU_RUN_SPREAD = 0.3
 OTHERS_MAX = 0.9  # the most a CPU row's interval is widened for (by 1 / (1 - 0.9) = 10x)
 # A bare batch may take this many times the reported time per call, by where it ran (a CPU's
 # batches of multithreaded calls wander more under load than a GPU's) ...
-LIE_FACTORS = {"cpu": 3.0, "cuda": 1.5}
+LIE_FACTORS = {"cpu": 4.0, "cuda": 1.5}
 LOAD_STRETCH_MAX = 4.0  # on a CPU, the most other processes' load widens LIE_FACTORS by
 BARE_SLACK_US = 2000.0  # ... plus this (a message each way, the process's wake-up)
 BARE_US = 20_000.0  # a bare batch makes about this much of reported time in calls ...
