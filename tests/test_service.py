@@ -5,6 +5,7 @@ with work queued and started again."""
 from __future__ import annotations
 
 import ast
+import http.client
 import json
 import os
 import signal
@@ -216,7 +217,9 @@ def test_a_token_sees_only_its_own_submissions(server: Server) -> None:
             "--trials",
         ),
         (json.dumps({"problem": "toy", "solution": "x", "name": "a/b"}).encode(), 400, "name"),
+        (b" " * service.REQUEST_MOST, 400, "not JSON"),
         (b"x" * (service.REQUEST_MOST + 1), 413, "at most"),
+        (b"x" * (4 * service.REQUEST_MOST), 413, "at most"),
     ],
 )
 def test_a_bad_request_gets_a_4xx_with_one_clear_message(
@@ -225,6 +228,16 @@ def test_a_bad_request_gets_a_4xx_with_one_clear_message(
     answered, answer = server.call("POST", "/submissions", raw=body)
     assert answered == status and words in answer["error"], answer
     assert "\n" not in answer["error"]
+
+
+def test_an_oversized_chunked_body_gets_a_413(server: Server) -> None:
+    connection = http.client.HTTPConnection("127.0.0.1", server.port, timeout=30)
+    chunks = (b"x" * (1 << 16) for _ in range(service.REQUEST_MOST // (1 << 16) + 1))
+    headers = {"Authorization": f"Bearer {TOKENS[0]}", "Content-Type": "application/json"}
+    connection.request("POST", "/submissions", body=chunks, headers=headers, encode_chunked=True)
+    answer = connection.getresponse()
+    assert answer.status == 413 and "at most" in json.loads(answer.read())["error"]
+    connection.close()
 
 
 def test_concurrent_clients_each_get_their_own_verdicts(server: Server) -> None:

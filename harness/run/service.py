@@ -46,6 +46,7 @@ from harness.run.submissions import DONE, QUEUED, Store, Submission
 from harness.verdicts import UserError
 
 REQUEST_MOST = 1 << 20  # bytes of one request's body
+DRAINED_MOST = 16 * REQUEST_MOST  # bytes of an oversized body read to its end before the 413
 QUEUED_MOST = 512  # submissions one token may have waiting
 BATCH_MOST = 256  # submissions judged as one run
 LISTED_MOST = 1000  # submissions one listing returns
@@ -377,15 +378,26 @@ def make_app(service: Service) -> FastAPI:
 
 
 async def read_body(request: HttpRequest) -> bytes:
-    """The request's body, refused (413) past REQUEST_MOST bytes, however it was sent."""
+    """The request's body, refused (413) past REQUEST_MOST bytes, however it was sent.
+
+    An oversized body of DRAINED_MOST bytes at most is read to its end and dropped before the
+    413 goes out, so its sender, still writing, hears the answer instead of a broken pipe; one
+    declared larger is refused at once and its connection closed.
+    """
+    too_large = Refused(413, f"a request's body is {REQUEST_MOST} bytes at most")
     declared = request.headers.get("content-length")
-    if declared is not None and (not declared.isdigit() or int(declared) > REQUEST_MOST):
-        raise Refused(413, f"a request's body is {REQUEST_MOST} bytes at most")
+    if declared is not None and (not declared.isdigit() or int(declared) > DRAINED_MOST):
+        raise too_large
     body = bytearray()
+    received = 0
     async for chunk in request.stream():
-        body += chunk
-        if len(body) > REQUEST_MOST:
-            raise Refused(413, f"a request's body is {REQUEST_MOST} bytes at most")
+        received += len(chunk)
+        if received > DRAINED_MOST:
+            raise too_large
+        if received <= REQUEST_MOST:
+            body += chunk
+    if received > REQUEST_MOST:
+        raise too_large
     return bytes(body)
 
 
