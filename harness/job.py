@@ -7,7 +7,7 @@ however it ended (a verdict, a crash or a timeout written by the parent, a job t
 worker). The parent adds where the worker ended (`phase`, `case`, `phase_s`) and where it ran
 (`machine`); the run's record takes its fields from it (harness.run.session). The jobs that run
 no solution answer in fields of their own: `audits` (each an `Audited`), `ceiling`,
-`compile_rows`.
+`compile_rows` and `compile_untimed`.
 
 What a worker tells the parent while it works: one frozen type per kind of message, sent whole
 through the worker's pipe (harness.run.isolate reads them, harness.run.progress shows them).
@@ -86,6 +86,7 @@ class Judged:
     audits: dict[str, Audited] | None = None  # task "audit": by problem
     ceiling: Ceiling | None = None  # task "ceiling"
     compile_rows: tuple[CompiledRow, ...] = ()  # task "compile_baseline"
+    compile_untimed: dict[str, str] | None = None  # ... by row name, why a row was not timed
 
     @property
     def ok(self) -> bool:

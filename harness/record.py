@@ -157,6 +157,12 @@ class Build:
     # (harness.measure.builds); None where none includes it, and in older records
     cuda_header: str | None = field(default=None, metadata=OMIT_NONE)
 
+    def describe(self) -> str:
+        """One phrase for the console: compiled in how long, or loaded from the cache."""
+        if self.cached:
+            return f"{self.name} compiled earlier (loaded from the build cache)"
+        return f"{self.name} compiled in {self.seconds or 0:.0f} s"
+
 
 @dataclass(frozen=True)
 class Ceiling:

@@ -12,6 +12,7 @@ import pytest
 
 from harness.job import BuildEnd, BuildStart, Event
 from harness.measure import builds
+from harness.record import Build
 from harness.run.progress import Progress
 
 SOLUTION = '''"""A solution whose C++ lives in a string."""
@@ -94,7 +95,7 @@ def test_the_failure_line_is_short_and_points_into_the_solution(
     )
 
 
-def watched(tmp_path: Path, compiles: bool) -> tuple[list[Any], builds.Build]:
+def watched(tmp_path: Path, compiles: bool) -> tuple[list[Any], Build]:
     """One load_inline through the watcher: a fake torch builder that writes the module
     (`compiles`) or leaves the one already there."""
     events: list[BuildStart | BuildEnd] = []

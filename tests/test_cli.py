@@ -399,6 +399,41 @@ def test_a_failed_compile_baseline_says_why_on_each_row_it_leaves_blank(
     assert "no torch.compile baseline: runtime_error:" in table
 
 
+def test_a_compile_baseline_too_slow_for_one_shape_leaves_that_row_blank_with_why(
+    tmp_path: Path, capsys
+) -> None:
+    # As Inductor's multilabel_margin_loss on a CPU: minutes a call at 4096x8192, a second at
+    # 512x1024. Here the compiled reference (only) sleeps a second a call at 256x256: a graph
+    # break into a function torch.compile leaves alone.
+    problem = tmp_path / "slow_when_compiled"
+    shutil.copytree(TOY, problem)
+    reference = problem / "reference.py"
+    slow = (
+        "import time as _time\n\n\n"
+        "@torch.compiler.disable\n"
+        "def _pause(x):\n"
+        "    _time.sleep(1.0 if x.numel() > 10_000 else 0.0)\n"
+        "    return x\n\n\n"
+        "class Model(Model):\n"
+        "    def forward(self, x):\n"
+        "        return super().forward(_pause(x) if torch.compiler.is_compiling() else x)\n"
+    )
+    reference.write_text(reference.read_text() + slow)
+    run_it = CliRun(tmp_path, BUILDS)
+    quick = ("--max-samples", "5", "--warmup-ms", "0", "--trials", "1", "--timeout", "5")
+    code = run_it(
+        "--problem", str(problem), "--solution", toy_solution("good"), "--compile", *quick
+    )
+    assert code == run.EXIT_OK
+    err = capsys.readouterr().err
+    assert "slow_when_compiled/256x256: no torch.compile baseline: a compiled call takes" in err
+    rows = {r["name"]: r for r in run_it.record("good")["benchmarks"]}
+    assert rows["256x256"].get("compile") is None
+    assert "past --timeout 5 s (raise it to time them)" in rows["256x256"]["note"]
+    assert rows["default"].get("compile") is not None
+    assert "torch.compile" not in (rows["default"].get("note") or "")
+
+
 def test_the_same_code_under_another_name_or_for_another_arch_is_not_built_again(
     tmp_path: Path,
 ) -> None:

@@ -53,34 +53,19 @@ import re
 import subprocess
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 from harness.job import BuildEnd, BuildStart
 from harness.measure import pch
+from harness.record import Build
 
 Notify = Callable[[BuildStart | BuildEnd], None]
 
 
 class NoCudaToolchain(RuntimeError):
     """A CUDA build was asked for where torch has no CUDA or no toolkit was found."""
-
-
-@dataclass
-class Build:
-    name: str
-    cuda: bool
-    seconds: float | None = None
-    cached: bool = False  # loaded from the build cache: nothing was compiled
-    hint: str | None = None  # how it could build faster (slow_header)
-    # what its CUDA units read for <torch/extension.h> (the light header, `_lightens`)
-    cuda_header: str | None = None
-
-    def describe(self) -> str:
-        if self.cached:
-            return f"{self.name} compiled earlier (loaded from the build cache)"
-        return f"{self.name} compiled in {self.seconds or 0:.0f} s"
 
 
 class BuildWatcher:
@@ -126,7 +111,7 @@ class BuildWatcher:
             bound = signature.bind(*args, **kwargs)
             bound.arguments["verbose"] = True  # the compiler's own output goes to the log
             current = Build(str(bound.arguments.get("name")), _uses_cuda(kind, bound.arguments))
-            self.current = current
+            self.current = current  # until it ends: the build under way
             if current.cuda and self.cuda_toolchain:
                 raise NoCudaToolchain(self.cuda_toolchain)
             modules = _modules(bound.arguments)
@@ -136,14 +121,20 @@ class BuildWatcher:
             start = time.perf_counter()
             take()  # what an earlier, failed build left in the tally
             result = original(*bound.args, **bound.kwargs)
-            current.seconds = time.perf_counter() - start
-            current.cached = bool(modules) and _modules(bound.arguments) == modules
+            seconds = time.perf_counter() - start
+            cached = bool(modules) and _modules(bound.arguments) == modules
+            header = take()
+            current = replace(
+                current,
+                seconds=seconds,
+                cached=cached,
+                cuda_header=header,
+                # the light header was not tried
+                hint=None if cached or header else slow_header(kind, bound.arguments),
+            )
             self.builds.append(current)
             self.current = None
-            current.cuda_header = take()
-            if not (current.cached or current.cuda_header):  # the light header was not tried
-                current.hint = slow_header(kind, bound.arguments)
-            self.notify(BuildEnd(current.name, current.seconds, current.cached, current.hint))
+            self.notify(BuildEnd(current.name, seconds, cached, current.hint))
             return result
 
         build.__doc__ = original.__doc__

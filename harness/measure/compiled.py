@@ -1,7 +1,8 @@
 """The torch.compile baseline: the reference eager and compiled, timed side by side per
 benchmark (harness.measure.benchmarking's sampling), compile time kept apart; run by a worker
 of its own and cached by the parent (harness.results.baselines). A compiled reference whose
-output differs from eager's is recorded with the difference."""
+output differs from eager's is recorded with the difference; a shape whose compiled calls are
+too slow to sample within --timeout is left out, with the reason, and the others are timed."""
 
 from __future__ import annotations
 
@@ -39,14 +40,17 @@ def compile_baseline(
     device: torch.device,
     settings: Settings,
     notify: Notify = lambda event: None,
-) -> list[CompiledRow]:
-    """Eager and torch.compile'd reference, side by side, per benchmark; compile time apart.
-    Each compile is a build to the parent (`notify`: BuildStart, then BuildEnd), so that it
-    runs under --build-timeout, not the time step's --timeout: Inductor compiling C++ on a
-    CPU with a cold cache takes minutes."""
+) -> tuple[list[CompiledRow], dict[str, str]]:
+    """Eager and torch.compile'd reference, side by side, per benchmark; compile time apart:
+    the rows timed, and by row name why each other row was not (a shape whose compiled calls
+    cannot be sampled within --timeout: `_unfinishable`). Each compile is a build to the
+    parent (`notify`: BuildStart, then BuildEnd), so that it runs under --build-timeout, not
+    the time step's --timeout: Inductor compiling C++ on a CPU with a cold cache takes
+    minutes."""
     timer = timer_for(device, settings)
     seeds = Seeds.of(settings.checking)
-    rows = []
+    rows: list[CompiledRow] = []
+    untimed: dict[str, str] = {}
     for index, bench in enumerate(problem.benchmarks):
         seed = seeds.benchmark(index)
         eager, _ = build_models(problem, problem.model, bench, seed, device)
@@ -55,7 +59,13 @@ def compile_baseline(
         calls = {"reference": eager, "compiled": compiled}
         first_calls = functools.partial(_forward_once, calls, inputs, device)
         (got, want, round_s), framed_s = _compiling(first_calls, device, notify)
-        _refuse_unfinishable(round_s, settings)
+        too_slow = _unfinishable(round_s, settings)
+        if too_slow:
+            names = [bench.name]
+            if problem.backward:
+                names += [gradients.row_name(bench.name, kind) for kind in gradients.KINDS]
+            untimed.update(dict.fromkeys(names, too_slow))
+            continue
         compile_s = framed_s - sum(round_s.values())  # the first calls alone, as before
         bounds = allowed(problem, bench, settings.checking.tolerance)
         differs = mismatch(want, got, bounds, accuracy.Exact(eager, inputs, device))
@@ -65,14 +75,14 @@ def compile_baseline(
             drawn = (seed, inputs, want)
             timed = (device, settings, timer)
             rows += _compiled_passes(problem, bench, (eager, compiled), drawn, timed, notify)
-    return rows
+    return rows, untimed
 
 
 def _forward_once(
     calls: dict[str, Any], inputs: list[Any], device: torch.device
 ) -> tuple[Any, Any, dict[str, float]]:
     """The compiled reference's first output (the call that compiles it) and eager's, then one
-    more call of each, timed: what a round of the sampling will cost (`_refuse_unfinishable`).
+    more call of each, timed: what a round of the sampling will cost (`_unfinishable`).
     That call runs inside the compile's build frame, under --build-timeout, so that a compiled
     call slower than the time step's --timeout is found out, not killed."""
     with torch.no_grad():
@@ -103,22 +113,22 @@ def _compiling(
         notify(BuildEnd(COMPILE_BUILD, time.perf_counter() - begin))
 
 
-def _refuse_unfinishable(round_s: dict[str, float], settings: Settings) -> None:
-    """Raise a timeout Verdict that says why when a warm-up and --min-samples rounds of calls
-    that take `round_s` seconds each cannot end within the time step's --timeout. On a CPU,
-    Inductor's code for some operators is far slower than eager (multilabel_margin_loss at
-    4096x8192: minutes a call), and sampling it would only be killed at the limit."""
+def _unfinishable(round_s: dict[str, float], settings: Settings) -> str | None:
+    """Why a warm-up and --min-samples rounds of calls that take `round_s` seconds each cannot
+    end within the time step's --timeout, or None where they can. On a CPU, Inductor's code
+    for some operators is far slower than eager (multilabel_margin_loss at 4096x8192: minutes
+    a call), and sampling it would only be killed at the limit."""
     rounds = 1 + settings.timing.rule.min_samples
     needed = rounds * sum(round_s.values())
     limit = settings.limits.run_s
-    if needed > limit:
-        eager = round_s.get("reference", 0.0)
-        raise verdicts.Verdict(
-            verdicts.TIMEOUT,
-            f"a compiled call takes {round_s['compiled']:.3g} s here (eager {eager:.3g} s): a "
-            f"warm-up and {rounds - 1} samples need ~{needed:.0f} s, past --timeout {limit:g} s "
-            "(raise it to time them)",
-        )
+    if needed <= limit:
+        return None
+    eager = round_s.get("reference", 0.0)
+    return (
+        f"a compiled call takes {round_s['compiled']:.3g} s here (eager {eager:.3g} s): a "
+        f"warm-up and {rounds - 1} samples need ~{needed:.0f} s, past --timeout {limit:g} s "
+        "(raise it to time them)"
+    )
 
 
 def _compiled_passes(

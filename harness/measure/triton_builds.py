@@ -24,14 +24,15 @@ from __future__ import annotations
 import inspect
 import sys
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from types import ModuleType
 from typing import Any
 
 from harness import verdicts
 from harness.job import BuildEnd, BuildStart
-from harness.measure.builds import Build, Notify
+from harness.measure.builds import Notify
+from harness.record import Build
 from harness.stats import PARTS
 from harness.verdicts import Verdict
 
@@ -114,10 +115,9 @@ class TritonWatcher:
         done, self.current = self.current, None
         if done is None:
             return
-        done.build.seconds = time.perf_counter() - done.start
-        done.build.cached = done.cached
-        self.builds.append(done.build)
-        self.notify(BuildEnd(done.build.name, done.build.seconds, done.cached))
+        seconds = time.perf_counter() - done.start
+        self.builds.append(replace(done.build, seconds=seconds, cached=done.cached))
+        self.notify(BuildEnd(done.build.name, seconds, done.cached))
 
     def failure(self, verdict: Verdict, solution: Path) -> Verdict:
         """`verdict` as the solution's compile_error where a Triton compile began and never

@@ -84,7 +84,6 @@ from harness.measure.builds import (
 )
 from harness.measure.checking import check_cases, describe_error
 from harness.measure.compiled import compile_baseline
-from harness.record import Build
 from harness.settings import (
     KERNELBENCH,
     Settings,
@@ -267,8 +266,8 @@ def reference_task(job: Job, problem: Problem, device: torch.device, send: Send)
     if job.task == "ceiling":
         return Judged(verdicts.OK, ceiling=hardware.measure_copy(device))
     with part("baseline"):
-        rows = tuple(compile_baseline(problem, device, job.settings, send))
-    return Judged(verdicts.OK, compile_rows=rows)
+        rows, untimed = compile_baseline(problem, device, job.settings, send)
+    return Judged(verdicts.OK, compile_rows=tuple(rows), compile_untimed=untimed)
 
 
 def build_only(job: Job, send: Send) -> Judged:
@@ -306,7 +305,7 @@ def _watcher(job: Job, device: torch.device, send: Send) -> BuildWatcher:
 
 def _builds(watcher: BuildWatcher) -> dict[str, Any]:
     """Judged's fields of the builds `watcher` saw."""
-    builds = tuple(Build(**asdict(b)) for b in watcher.builds)
+    builds = tuple(watcher.builds)
     return {"builds": builds, "build_s": watcher.seconds}
 
 

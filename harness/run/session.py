@@ -56,7 +56,8 @@ class Session:
         self._earlier: dict[str, RunRecord] | None = None  # by content, read once (on a CPU)
         self._rows: dict[tuple[str, str], str] | None = None  # (problem, path): newest status
         self.weaknesses: dict[str, tuple[Finding, ...]] = {}  # by problem, from its audit
-        self.uncompiled: dict[str, str] = {}  # by problem: why its compile baseline failed
+        # by problem, then by row name ("" for every row), why a row has no compile baseline
+        self.uncompiled: dict[str, dict[str, str]] = {}
         self._check_places()
         checking = settings.checking
         on = self.machine.gpu or self.device.type
@@ -240,11 +241,10 @@ class Session:
             device = result.device or job.settings.device
             measured, witnessed = self._witness(job, device, measured)
         versus = [baselines.versus(row, compiled, self.run_id) for row in measured]
-        failed = self.uncompiled.get(source.name)
-        if failed and self.settings.timing.compile:  # the column's blank says why
-            why = f"no torch.compile baseline: {failed[:NOTE_CHARS]}"
+        untimed = self.uncompiled.get(source.name, {})
+        if untimed and self.settings.timing.compile:  # the column's blank says why
             measured = [
-                row if found else replace(row, note="; ".join(filter(None, (row.note, why))))
+                row if found else _noted(row, untimed.get(row.name, untimed.get("")))
                 for row, (found, _) in zip(measured, versus, strict=True)
             ]
         where = result.machine or machine.loaded(self.machine, self.device)
@@ -349,8 +349,11 @@ class Session:
         verdict = f"{result.status}: {result.detail}" if result.detail else str(result.status)
         self.progress.note(f"{source.name}: torch.compile baseline: {verdict}")
         if not result.ok:
-            self.uncompiled[source.name] = verdict
+            self.uncompiled[source.name] = {"": verdict}
             return found
+        for name, why in (result.compile_untimed or {}).items():
+            self.progress.note(f"{source.name}/{name}: no torch.compile baseline: {why}")
+        self.uncompiled[source.name] = dict(result.compile_untimed or {})
         by = MeasuredBy(self.run_id, _now(), self.machine.driver)
         measured = [Baseline(key, by, row) for row in result.compile_rows]
         if not self.recording:  # used by this run, kept by none
@@ -418,3 +421,11 @@ def _shown(path: Path) -> str:
         return str(path.resolve().relative_to(REPO))
     except ValueError:
         return os.path.abspath(path)
+
+
+def _noted(row: BenchRow, why: str | None) -> BenchRow:
+    """`row` with "no torch.compile baseline: `why`" added to its note, where there is a why."""
+    if why is None:
+        return row
+    said = f"no torch.compile baseline: {why[:NOTE_CHARS]}"
+    return replace(row, note="; ".join(filter(None, (row.note, said))))
