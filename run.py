@@ -146,10 +146,10 @@ def audit_problems(args: argparse.Namespace) -> int:
 
 
 if __name__ == "__main__":
-    from harness.run import flags
+    from harness.run import processes
 
     # Ctrl-C must work whatever was inherited: a background job of a script starts with SIGINT
     # ignored, and Python then leaves it ignored. SIGTERM and SIGHUP stop a run as Ctrl-C
-    # does, and an interrupted run ends every process it started (harness/run/flags.py).
+    # does, and an interrupted run ends every process it started (harness/run/processes.py).
     signal.signal(signal.SIGINT, signal.default_int_handler)
-    sys.exit(flags.run_to_end(main))
+    sys.exit(processes.run_to_end(main))

@@ -4,8 +4,9 @@ The folders say where code runs; tests/test_layout.py holds every import to this
 
 run/       the parent process, one per run.py: finds the work and drives it
     flags      every flag of run.py and every exit status, declared once; -h needs no torch;
-               the settings they make, resolved;
-               process trees: what a run or a job started ends with it (SIGTERM as Ctrl-C)
+               the settings they make, resolved
+    processes  process trees: what a run or a job started ends with it (SIGTERM as Ctrl-C);
+               the pool's builds held still (SIGSTOP) while a timing runs
     driving    run.py's runs: which problems and solutions, on which pool, what is printed;
                --render and --forget
     scheduler  many solutions of many problems at once: builds in a pool, judging on each slot;
@@ -18,8 +19,8 @@ run/       the parent process, one per run.py: finds the work and drives it
     session    run the solutions of a problem, each in a worker, and record each result
     auditing   the audits of a run's problems: on a GPU all in one worker, warnings and refusals;
                their answers kept across runs in the build cache, by the reference's content
-    isolate    spawn the worker with time limits and turn any failure into a status; the
-               pool's builds stopped while a timing runs
+    isolate    spawn the worker with time limits and turn any failure into a status; a spare
+               worker started ahead of its job
     refereeing  the verdict from evidence the worker cannot write: its referee started, the
                checks' outputs compared there, every timed row replaced by what the parent kept
     rounds     the timing rounds the parent directs between referee and worker, its clock
@@ -82,8 +83,9 @@ results/   reads recorded files only (no GPU, no worker): what people read
 Shared by all three, importing no wing:
     job        the job contract, without torch: what the parent asks of a worker (`Job`),
                what it tells the parent while it works, and what the job ended with (`Judged`)
-    settings   the run's settings: declared once, made from the flags, carried whole; the
-               toolchain: CUDA_HOME, target architectures, per-solution build folders
+    settings   the run's settings: declared once, made from the flags, carried whole
+    toolchain  the build side: CUDA_HOME, target architectures, per-solution build folders
+               keyed by content and toolchain, the environment torch's builder reads
     tolerance  how close an output must come: the harness's rule (bounds by dtype, their
                precedence, the float64 part's constants) and KernelBench's table, decided once
     record     the typed record of a run and its benchmark rows; writes and reads the run log

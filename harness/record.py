@@ -256,7 +256,7 @@ class RunRecord:
     own_share: float | None = field(default=None, metadata=OMIT_NONE)
     # ... and in kernels the reference launches too
     reference_share: float | None = field(default=None, metadata=OMIT_NONE)
-    # the reference's sources (harness.settings.source_hash)
+    # the reference's sources (harness.toolchain.source_hash)
     reference_hash: str | None = field(default=None, metadata=OMIT_NONE)
     # seconds in each step of the worker (isolate)
     phase_s: dict[str, float] | None = field(default=None, metadata=OMIT_NONE)

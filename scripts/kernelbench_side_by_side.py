@@ -50,7 +50,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from harness import settings, stats
+from harness import stats, toolchain
 
 NUMBER = re.compile(r"(?:level_\d+_problem_)?(\d+)_")
 PROFILE_GAP, DEFAULT_GAP = 0.05, 0.10  # the issue's bounds on profile/KB and default/KB
@@ -161,7 +161,7 @@ def measure(args: argparse.Namespace) -> None:
         torch.backends.cuda.matmul.allow_tf32 = False
     device = torch.device("cuda:0")
     torch.cuda.set_device(device)
-    arch = settings.arch_list(torch.cuda.get_device_capability(device), None)
+    arch = toolchain.arch_list(torch.cuda.get_device_capability(device), None)
     solutions = {number(p.name): p for p in Path(args.solutions).glob("level_*_sample_0_*.py")}
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
@@ -204,14 +204,14 @@ def _measure_pair(
     arch: Any,
 ) -> dict[str, Any]:
     """One pair's row: its build, then its verdict (and timing), or the error that stopped it."""
-    folder = settings.build_folder(Path(args.build_dir), problem.stem, solution, arch)
+    folder = toolchain.build_folder(Path(args.build_dir), problem.stem, solution, arch)
     built = [str(folder)] if folder.is_dir() else []
     row: dict[str, Any] = {"problem": problem.stem, "build_dir": built[0] if built else None}
     row["tf32"] = args.tf32
     started = time.perf_counter()
     try:
         if built:  # the environment the harness's worker built in, so nothing builds again
-            settings.prepare_environment(Path(built[0]), arch)
+            toolchain.prepare_environment(Path(built[0]), arch)
         pair = (problem, solution, row["build_dir"], device, args.trials, not args.no_timing)
         row.update(_one_pair(kb_eval, kb_timing, *pair))
     except Exception as err:  # a failure is this pair's row, not the end of the run

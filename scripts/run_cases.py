@@ -21,7 +21,7 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from harness.loading import import_file, load_problem, make_init_inputs, make_inputs
-from harness.settings import arch_list, use_build_cache
+from harness.toolchain import arch_list, use_build_cache
 
 ROOT = Path(__file__).resolve().parent.parent
 

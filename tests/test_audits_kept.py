@@ -22,7 +22,8 @@ from harness.run.auditing import AuditCache, Auditing
 from harness.run.discovery import ProblemSource
 from harness.run.progress import Progress
 from harness.run.session import Session
-from harness.settings import Places, Settings, source_hash
+from harness.settings import Places, Settings
+from harness.toolchain import source_hash
 from tests.conftest import FIXTURES
 
 AUDIT = FIXTURES / "audit"

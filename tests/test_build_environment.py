@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from harness import settings
+from harness import settings, toolchain
 
 
 def fake_toolkit(root: Path) -> Path:
@@ -21,7 +21,7 @@ def fake_toolkit(root: Path) -> Path:
 def test_cuda_home_from_the_environment(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     home = fake_toolkit(tmp_path / "cuda")
     monkeypatch.setenv("CUDA_HOME", str(home))
-    assert settings.find_cuda_home() == str(home)
+    assert toolchain.find_cuda_home() == str(home)
 
 
 def test_a_wrapper_nvcc_on_path_is_not_taken_for_the_toolkit(
@@ -35,19 +35,19 @@ def test_a_wrapper_nvcc_on_path_is_not_taken_for_the_toolkit(
     monkeypatch.delenv("CUDA_HOME", raising=False)
     monkeypatch.delenv("CUDA_PATH", raising=False)
     monkeypatch.setenv("PATH", f"{wrapper_dir}{os.pathsep}{os.environ['PATH']}")
-    found = settings.find_cuda_home()
+    found = toolchain.find_cuda_home()
     assert found != str(tmp_path / "usr" / "local")  # what torch itself would guess
     assert found is None or (Path(found) / "bin" / "nvcc").is_file()
 
 
 def test_arch_list_prefers_flag_then_gpu_then_default(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("TORCH_CUDA_ARCH_LIST", raising=False)
-    assert settings.arch_list((9, 0), "8.0") == "8.0"
-    assert settings.arch_list((8, 6), None) == "8.6"
-    assert settings.arch_list(None, None) == settings.DEFAULT_ARCH
+    assert toolchain.arch_list((9, 0), "8.0") == "8.0"
+    assert toolchain.arch_list((8, 6), None) == "8.6"
+    assert toolchain.arch_list(None, None) == toolchain.DEFAULT_ARCH
     monkeypatch.setenv("TORCH_CUDA_ARCH_LIST", "7.5")
-    assert settings.arch_list(None, None) == "7.5"
-    assert settings.arch_list((9, 0), None) == "9.0"  # the GPU present wins over the env
+    assert toolchain.arch_list(None, None) == "7.5"
+    assert toolchain.arch_list((9, 0), None) == "9.0"  # the GPU present wins over the env
 
 
 def test_build_folders_are_keyed_by_content(tmp_path: Path) -> None:
@@ -57,7 +57,7 @@ def test_build_folders_are_keyed_by_content(tmp_path: Path) -> None:
     two.write_text(same_extension + "# another solution\n")
 
     def folder(path: Path, arch: str = "9.0") -> Path:
-        return settings.build_folder(tmp_path, "p", path, arch)
+        return toolchain.build_folder(tmp_path, "p", path, arch)
 
     assert folder(one) != folder(two)  # the same extension name never shares a folder
     assert folder(one) == folder(one)  # an unchanged solution finds its old build
@@ -76,7 +76,7 @@ def test_the_same_code_under_another_name_or_a_cpp_build_for_another_arch_shares
         (tmp_path / name).write_text(text)
 
     def folder(name: str, arch: str = "9.0") -> Path:
-        return settings.build_folder(tmp_path / "cache", "p", tmp_path / name, arch)
+        return toolchain.build_folder(tmp_path / "cache", "p", tmp_path / name, arch)
 
     assert folder("mine.py") == folder("copy_of_mine.py")  # a file's name builds nothing
     assert folder("mine.py", "8.0") == folder("mine.py", "9.0")  # no CUDA: no architecture
@@ -91,10 +91,10 @@ def test_a_changed_compiler_or_torch_gets_a_new_build_folder(
     solution.write_text("load_inline(name='ext', cpp_sources='{}')\n")
 
     def folder() -> Path:
-        return settings.build_folder(tmp_path, "p", solution, "9.0")
+        return toolchain.build_folder(tmp_path, "p", solution, "9.0")
 
     before = folder()
-    monkeypatch.setattr(settings, "compilers", lambda: "c++ 99.0|nvcc 99.0")
+    monkeypatch.setattr(toolchain, "compilers", lambda: "c++ 99.0|nvcc 99.0")
     changed_compiler = folder()
     assert changed_compiler != before
     monkeypatch.setattr("torch.__version__", "0.0.0")
@@ -109,14 +109,14 @@ def test_the_compilers_read_as_their_version_lines_or_none(
     cxx.chmod(0o755)
     monkeypatch.setenv("CXX", str(cxx))
     monkeypatch.setenv("CUDA_HOME", str(fake_toolkit(tmp_path / "cuda")))  # its nvcc says nothing
-    settings.compilers.cache_clear()
+    toolchain.compilers.cache_clear()
     try:
-        assert settings.compilers() == "g++ (Test) 1.2.3|none"
+        assert toolchain.compilers() == "g++ (Test) 1.2.3|none"
         monkeypatch.setenv("CXX", str(tmp_path / "missing"))
-        settings.compilers.cache_clear()
-        assert settings.compilers().startswith("none|")
+        toolchain.compilers.cache_clear()
+        assert toolchain.compilers().startswith("none|")
     finally:
-        settings.compilers.cache_clear()
+        toolchain.compilers.cache_clear()
 
 
 def test_the_build_cache_can_live_outside_the_clone(tmp_path: Path) -> None:
@@ -136,10 +136,10 @@ def test_the_build_cache_can_live_outside_the_clone(tmp_path: Path) -> None:
 def test_library_headers_are_added_only_where_the_toolkit_lacks_them(tmp_path: Path) -> None:
     bare = fake_toolkit(tmp_path / "bare")
     (bare / "include").mkdir()
-    found = settings.missing_library_headers(str(bare))
+    found = toolchain.missing_library_headers(str(bare))
     assert found is None or (Path(found) / "cusparse.h").is_file()
     (bare / "include" / "cusparse.h").write_text("")
-    assert settings.missing_library_headers(str(bare)) is None
+    assert toolchain.missing_library_headers(str(bare)) is None
 
 
 def test_use_build_cache_points_the_builder_at_the_solutions_folder(
@@ -150,8 +150,8 @@ def test_use_build_cache_points_the_builder_at_the_solutions_folder(
         monkeypatch.setenv(name, os.environ.get(name, ""))
     solution = tmp_path / "sol.py"
     solution.write_text("x = 1\n")
-    folder = settings.use_build_cache(tmp_path / "cache", "p", solution, "9.0")
-    expected = settings.build_folder(tmp_path / "cache", "p", solution, "9.0")
+    folder = toolchain.use_build_cache(tmp_path / "cache", "p", solution, "9.0")
+    expected = toolchain.build_folder(tmp_path / "cache", "p", solution, "9.0")
     assert folder == expected and folder.is_dir()
     assert os.environ["TORCH_EXTENSIONS_DIR"] == str(folder)
     assert os.environ["TORCH_CUDA_ARCH_LIST"] == "9.0"

@@ -11,9 +11,9 @@ from pathlib import Path
 
 import pytest
 
-from harness.run import flags, isolate
+from harness.run import processes
 
-pytestmark = pytest.mark.skipif(not isolate.can_hold(), reason="no /proc here")
+pytestmark = pytest.mark.skipif(not processes.can_hold(), reason="no /proc here")
 
 # A build's shape: a worker, a child (ninja) and grandchildren (compilers) in their own groups.
 TREE = """
@@ -53,13 +53,15 @@ def build_tree() -> tuple[subprocess.Popen[str], list[int]]:
     assert worker.stdout is not None
     grandchildren = [int(pid) for pid in worker.stdout.readline().split()]
     child = [
-        p for p in flags.tree(worker.pid, flags.children()) if p not in (worker.pid, *grandchildren)
+        p
+        for p in processes.tree(worker.pid, processes.children())
+        if p not in (worker.pid, *grandchildren)
     ]
     return worker, [worker.pid, *child, *grandchildren]
 
 
 def test_a_hold_stops_each_builds_whole_tree_until_the_last_timing_lets_go() -> None:
-    held = isolate.Held()
+    held = processes.Held()
     worker, pids = build_tree()
     try:
         assert len(pids) == 4

@@ -14,7 +14,7 @@ import pytest
 import torch
 
 from harness.loading import import_file
-from harness.settings import use_build_cache
+from harness.toolchain import use_build_cache
 from tests.conftest import BUILDS, REPO
 
 pytestmark = pytest.mark.build

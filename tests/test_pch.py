@@ -215,14 +215,14 @@ def test_the_harness_makes_no_header_from_flags_that_could_read_a_solutions_file
 def test_the_harness_finds_the_toolkit_itself_not_by_importing_torch_s_builder() -> None:
     # torch's builder guesses CUDA_HOME as it is imported (from a wrapper nvcc in
     # /usr/local/bin: /usr/local) and warns on every run without a GPU; the parent never
-    # imports it, and trusts the toolkit harness.settings finds.
+    # imports it, and trusts the toolkit harness.toolchain finds.
     probe = (
         "import sys\n"
-        "from harness import settings\n"
+        "from harness import toolchain\n"
         "from harness.measure import pch\n"
         "folders = pch._trusted_folders()\n"
         "print('torch.utils.cpp_extension' in sys.modules)\n"
-        "cuda = settings.find_cuda_home()\n"
+        "cuda = toolchain.find_cuda_home()\n"
         "print(cuda is None or Path(cuda).resolve() in folders)\n"
     )
     done = subprocess.run(

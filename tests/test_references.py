@@ -165,5 +165,5 @@ def test_the_reference_check_sees_what_is_gone_and_passes_what_is_there() -> Non
     assert problem("scheduler", "Scheduler") is None
     assert problem("scheduler", "missing_function") is not None
     assert problem("torch", "compile") is None  # not the harness's: not checked
-    if "toolchain" in deleted_modules():  # where git's history is there to say so
-        assert problem("toolchain", "source_hash") == "module toolchain no longer exists"
+    if "integrity" in deleted_modules():  # where git's history is there to say so
+        assert problem("integrity", "check") == "module integrity no longer exists"

@@ -18,7 +18,7 @@ from harness.job import BuildEnd, BuildStart
 from harness.loading import import_file
 from harness.measure import triton_builds
 from harness.measure.builds import Build
-from harness.settings import prepare_environment
+from harness.toolchain import prepare_environment
 from harness.verdicts import Verdict
 from tests.conftest import REPO, TOY, CliRun, toy_solution
 

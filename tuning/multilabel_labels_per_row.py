@@ -27,7 +27,7 @@ from harness.timing import time_cuda  # stale: removed in bc52895 (see the docst
 
 from harness.loading import import_file, load_problem, seed_everything
 from harness.measure.timing import flush_buffer
-from harness.settings import build_folder
+from harness.toolchain import build_folder
 
 ROOT = Path(__file__).resolve().parent.parent
 OUT = Path(os.environ.get("OUT", "/tmp"))
@@ -35,7 +35,7 @@ res = {}
 THROW = """
 import sys; sys.path.insert(0, '.')
 from pathlib import Path
-from harness.settings import prepare_environment
+from harness.toolchain import prepare_environment
 prepare_environment(Path('.cache/exp/throw{flag}'), '9.0')
 from torch.utils.cpp_extension import load_inline
 src = 'int64_t fail(int64_t v) {{ TORCH_CHECK(v < 0, "value ", v, " too big"); return v; }}'

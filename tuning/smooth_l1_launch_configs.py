@@ -51,7 +51,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 from harness.loading import replicate  # noqa: E402
 from harness.measure.timing import CudaTimer  # noqa: E402
-from harness.settings import prepare_environment  # noqa: E402
+from harness.toolchain import prepare_environment  # noqa: E402
 
 OUT = Path(os.environ.get("OUT") or ROOT / "tuning" / "results")
 SAMPLES = int(os.environ.get("SAMPLES", "50"))

@@ -31,7 +31,7 @@ from harness.timing import time_cuda  # stale: removed in bc52895 (see the docst
 
 from harness.loading import import_file, load_problem, seed_everything
 from harness.measure.timing import flush_buffer
-from harness.settings import build_folder, prepare_environment
+from harness.toolchain import build_folder, prepare_environment
 
 ROOT = Path(__file__).resolve().parent.parent
 OUT = Path(os.environ.get("OUT", "/tmp"))
@@ -49,7 +49,7 @@ def t(fn, reps=200):
 # 1. cpu_cpp throw on invalid input, in a subprocess (it segfaulted in the harness).
 code = """
 import sys, torch; sys.path.insert(0, '.')
-from harness.settings import prepare_environment, build_folder; from pathlib import Path
+from harness.toolchain import prepare_environment, build_folder; from pathlib import Path
 path = Path('solutions/multilabel_margin/cpu_cpp.py').resolve()
 prepare_environment(build_folder(Path('.cache/builds').resolve(), 'multilabel_margin', path, '9.0'), '9.0')
 from harness.loading import import_file

@@ -156,7 +156,7 @@ FAILED_BUILD = "compile_error.txt"  # in a build folder: the compile error its c
 
 def remember_failure(folder: Path, detail: str) -> None:
     """Keep a build's compile error in its folder, whose name is the hash of the solution's
-    content and toolchain (harness.settings.build_folder): the same content fails the same way,
+    content and toolchain (harness.toolchain.build_folder): the same content fails the same way,
     so a later run answers from it without compiling (`remembered_failure`). A compile killed
     from outside (a signal, out of memory, a full disk) says nothing of the code: not kept."""
     if "error" not in detail.lower() or re.search(r"killed|signal|no space left", detail, re.I):

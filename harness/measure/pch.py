@@ -214,15 +214,15 @@ def _inside(path: Path, folders: list[Path]) -> bool:
 
 def _trusted_folders() -> list[Path]:
     """PyTorch's, Python's, the system's and the CUDA toolkit's folders, as the harness finds
-    the toolkit (harness.settings): torch's own guess, made as its extension builder is
+    the toolkit (harness.toolchain): torch's own guess, made as its extension builder is
     imported, takes /usr/local for a wrapper `nvcc` in /usr/local/bin, and warns about it."""
     import torch
 
-    from harness import settings  # here: this file also runs as a script
+    from harness import toolchain  # here: this file also runs as a script
 
     found = [Path(torch.__file__).parent, Path("/usr/include"), Path("/usr/local/include")]
     found += [Path(sysconfig.get_paths()[name]) for name in ("include", "platinclude")]
-    cuda = settings.find_cuda_home()
+    cuda = toolchain.find_cuda_home()
     return [folder.resolve() for folder in [*found, *([Path(cuda)] if cuda else [])]]
 
 

@@ -31,7 +31,7 @@ from typing import Any
 
 import torch
 
-from harness import settings as harness_settings
+from harness import toolchain
 from harness.loading import (
     Case,
     Problem,
@@ -232,7 +232,7 @@ def main(problem_name: str, reference: str, settings: Settings, log_path: str, c
     os.dup2(log.fileno(), 1)
     os.dup2(log.fileno(), 2)
     faulthandler.enable(log)
-    cuda_home = harness_settings.find_cuda_home()
+    cuda_home = toolchain.find_cuda_home()
     if cuda_home:
         os.environ["CUDA_HOME"] = cuda_home
     torch.backends.cudnn.allow_tf32 = settings.checking.profile == KERNELBENCH

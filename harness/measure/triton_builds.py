@@ -12,7 +12,7 @@ before its timing (harness.measure.benchmarking), so its compiles, and `@triton.
 search, happen there; one that still happens while timing is kept for a warning instead.
 
 Triton's cache (`TRITON_CACHE_DIR`) is the solution's build folder's `triton/`
-(harness.settings.prepare_environment), keyed by the solution's content like its extensions,
+(harness.toolchain.prepare_environment), keyed by the solution's content like its extensions,
 so a second run of the same file compiles nothing: each kernel is a cache hit.
 
 Where no GPU is there, a solution whose module holds Triton kernels (`kernels_of`) is

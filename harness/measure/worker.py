@@ -48,7 +48,7 @@ from typing import Any
 
 import torch  # importing torch does not import its extension builder: that waits for setup
 
-from harness import codec, sandbox, settings, verdicts
+from harness import codec, sandbox, toolchain, verdicts
 from harness.job import (
     REFERENCE_TASKS,
     Count,
@@ -84,14 +84,9 @@ from harness.measure.builds import (
 )
 from harness.measure.checking import check_cases, describe_error
 from harness.measure.compiled import compile_baseline
-from harness.settings import (
-    KERNELBENCH,
-    Settings,
-    find_cuda_home,
-    prepare_environment,
-    use_build_cache,
-)
+from harness.settings import KERNELBENCH, Settings
 from harness.stats import PARTS, part
+from harness.toolchain import find_cuda_home, prepare_environment, use_build_cache
 from harness.verdicts import HarnessError, UserError, Verdict
 
 Send = Callable[[Event], None]
@@ -369,7 +364,7 @@ def setup(job: Job) -> tuple[Problem, torch.device]:
 
 def _use_build_cache(job: Job) -> Path:
     """Build the job's solution in its own folder of the build cache
-    (harness.settings.use_build_cache)."""
+    (harness.toolchain.use_build_cache)."""
     settings = job.settings
     if job.build_folder:
         prepare_environment(Path(job.build_folder), settings.arch)
@@ -470,7 +465,7 @@ def waiting(jobs: Any, conn: Any) -> None:
     signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
     die_with_parent()  # also while paused (SIGSTOP) by its slot during a timing
     own_resource_tracker()
-    cuda_home = settings.find_cuda_home()  # as the job will set it; else torch warns here
+    cuda_home = toolchain.find_cuda_home()  # as the job will set it; else torch warns here
     if cuda_home:
         os.environ["CUDA_HOME"] = cuda_home
     import torch.profiler

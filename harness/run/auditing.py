@@ -14,7 +14,7 @@ The audits of earlier runs, kept so that a problem is audited once, not once a r
 
 A problem's audit (harness.measure.audit) reads only its reference: its answer is kept in the
 build cache, `<build cache>/.audits/<key>.json`, under a key made of the reference's sources
-(settings.source_hash), every file of the harness's own code (a change to how it audits makes
+(toolchain.source_hash), every file of the harness's own code (a change to how it audits makes
 new keys), torch's version, the device (the GPU's name, or "cpu"), the tolerance the run
 overrides and its profile (--as, with its tolerance). Only answers are kept, never an audit
 that failed to run. A sweep of problems audited before goes straight to judging once its
@@ -50,7 +50,7 @@ from harness.verdicts import ProblemRefused, UserError
 RunJob = Callable[[Job], Judged]  # runs a job in a worker on one of the run's slots
 ReferenceJob = Callable[[ProblemSource, str, str], Job]  # (source, task, log label) -> Job
 ReferenceResult = Callable[[ProblemSource, str, RunJob], Judged]  # (source, task, run)
-ReferenceHash = Callable[[ProblemSource], str]  # the reference's sources (settings.source_hash)
+ReferenceHash = Callable[[ProblemSource], str]  # the reference's sources (toolchain.source_hash)
 Prepare = Callable[[ProblemSource, RunJob], tuple[Problem, int]]  # Session.prepare
 AUDIT_BATCH = 8  # problems audited beside those a judgement waits for, in the run's order
 

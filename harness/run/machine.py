@@ -15,7 +15,7 @@ import torch
 
 from harness.measure import hardware
 from harness.record import Machine
-from harness.run import flags
+from harness.run import processes
 from harness.settings import Settings
 
 
@@ -61,7 +61,7 @@ def loaded(described: Machine, device: torch.device) -> Machine:
 
 def _ours() -> set[int]:
     """This process and its descendants (its workers, and what they started), by /proc."""
-    return set(flags.tree(os.getpid(), flags.children()))
+    return set(processes.tree(os.getpid(), processes.children()))
 
 
 def results_folder(settings: Settings, info: Machine) -> Path:

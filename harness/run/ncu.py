@@ -26,7 +26,7 @@ from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
 
-from harness import codec, settings
+from harness import codec, toolchain
 from harness.job import Job
 from harness.record import BenchRow, Witness
 from harness.settings import REPO, Settings
@@ -45,7 +45,7 @@ def find_ncu() -> str | None:
     found = shutil.which("ncu")
     if found:
         return found
-    home = settings.find_cuda_home()
+    home = toolchain.find_cuda_home()
     candidates = [Path(home) / "bin" / "ncu"] if home else []
     for folder in NCU_FOLDERS:
         candidates += [Path(folder) / "ncu", *sorted(Path(folder).glob("*/ncu"), reverse=True)]

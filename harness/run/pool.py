@@ -24,7 +24,7 @@ import torch
 from harness.job import Event, Job, Judged, OnEvent
 from harness.record import Machine
 from harness.run import isolate, machine, sandboxing
-from harness.run.isolate import Held, can_hold
+from harness.run.processes import Held, can_hold
 from harness.settings import REPO
 from harness.verdicts import UserError
 

@@ -24,7 +24,7 @@ from harness import stats, verdicts
 from harness.job import Done, Judged
 from harness.measure import directed, kernelbench
 from harness.measure.timing import CudaTimer, Sampled
-from harness.run import flags
+from harness.run import processes
 from harness.settings import Settings
 from harness.stats import Interval, Measurement
 
@@ -345,7 +345,7 @@ class OthersShare:
 
     def own_ns(self) -> dict[int, int]:
         """Each of the run's own processes' processor time so far, by pid."""
-        below = {*flags.tree(os.getpid(), flags.children()), *self.pids}
+        below = {*processes.tree(os.getpid(), processes.children()), *self.pids}
         return {pid: cpu_ns(pid) for pid in below}
 
     def others_ns(self) -> int | None:

@@ -60,7 +60,7 @@ from harness.job import REFERENCE_TASKS, Job, Judged, harness_failure
 from harness.measure import pch
 from harness.measure.builds import FAILED_BUILD
 from harness.sandbox import POLICY_VARIABLE, SCRATCH_VARIABLE, VIOLATIONS, Policy, hidden_paths
-from harness.settings import build_folder
+from harness.toolchain import build_folder
 
 LAUNCH = Path(__file__).resolve().parent.parent / "sandbox.py"
 CUDA_PROBE_S = 120.0  # how long the check that CUDA starts inside the sandbox may take
@@ -492,7 +492,7 @@ def publish(build: Path, folder: Path) -> None:
 
 
 def cache_folder(job: Job) -> Path:
-    """The job's folder in the build cache (harness.settings.build_folder): its solution's
+    """The job's folder in the build cache (harness.toolchain.build_folder): its solution's
     own, named by its sources and toolchain."""
     settings = job.settings
     solution = Path(job.solution)

@@ -17,7 +17,7 @@ a GPU it is the host time that the per-call figures and the KernelBench profile'
 run.py --resume: what is already recorded for the same solution, toolchain and settings.
 
 A record stands for a solution when all of these are the same: the problem and its reference's
-sources, the solution's sources (settings.source_hash), the toolchain (torch, CUDA, the GPU's
+sources, the solution's sources (toolchain.source_hash), the toolchain (torch, CUDA, the GPU's
 model, the build target) and every setting but those that differ from run to run by design: the
 secret (fresh each run, unless given), the folders, and which GPU of the host it ran on.
 """
@@ -32,7 +32,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
-from harness import codec, record, settings, verdicts
+from harness import codec, record, toolchain, verdicts
 from harness.job import Event, Job, Judged, OnEvent, failure
 from harness.loading import Problem
 from harness.record import RunRecord
@@ -137,7 +137,7 @@ class Scheduler:
         builds: list[Future[Judged]] = []
         for source, solutions in work:
             for index, solution in enumerate(solutions, start=1):
-                content = settings.source_hash(solution)
+                content = toolchain.source_hash(solution)
                 found = earlier.find(source, solution, content) if earlier else None
                 if found is not None:
                     skipped[(source.name, solution)] = found
@@ -158,7 +158,7 @@ class Scheduler:
         builds: list[Future[Judged]] = []
         for source, solutions in work:
             for index, solution in enumerate(solutions, start=1):
-                content = settings.source_hash(solution)
+                content = toolchain.source_hash(solution)
                 builds += self._queue(source, solution, (index, len(solutions)), content)
         self.report.begin(len(self.units), 0)
         try:

@@ -9,7 +9,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from harness import codec, record, settings, verdicts
+from harness import codec, record, toolchain, verdicts
 from harness.job import Job, Judged, failure
 from harness.loading import Problem, load_problem
 from harness.measure import hardware
@@ -137,9 +137,9 @@ class Session:
         return replace(job, task=task)
 
     def reference_hash(self, source: ProblemSource) -> str:
-        """The reference's sources (harness.settings.source_hash), read once per run."""
+        """The reference's sources (harness.toolchain.source_hash), read once per run."""
         if source.reference not in self._reference_hashes:
-            self._reference_hashes[source.reference] = settings.source_hash(source.reference)
+            self._reference_hashes[source.reference] = toolchain.source_hash(source.reference)
         return self._reference_hashes[source.reference]
 
     def prepare(self, source: ProblemSource, run_job: RunJob) -> tuple[Problem, int]:
