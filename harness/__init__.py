@@ -25,8 +25,9 @@ run/       the parent process, one per run.py: finds the work and drives it
                checks' outputs compared there, every timed row replaced by what the parent kept
     rounds     the timing rounds the parent directs between referee and worker, its clock
                around each, and the rule a bare batch of the solution's calls must keep
-    sandboxing  --sandbox: each worker started through the launcher, with a scratch folder; a
-               job's files staged in and out; modules a solution planted, removed
+    staging    the parent's side of the sandbox: each worker started through the launcher,
+               its job staged into a scratch folder and out; modules a solution planted,
+               removed
     discovery  find problems and solutions on disk; a static scan of a solution's source, as
                warnings
     machine    describe the machine a run happened on, and its load as each solution starts

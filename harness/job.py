@@ -4,8 +4,9 @@
 task (judge a solution; "build" it alone; or one of REFERENCE_TASKS, which run the reference
 only). `Judged` is what a job ended with, as the parent reads it: one type for every job,
 however it ended (a verdict, a crash or a timeout written by the parent, a job that needed no
-worker). The parent adds where the worker ended (`phase`, `case`, `phase_s`) and where it ran
-(`machine`); the run's record takes its fields from it (harness.run.session). The jobs that run
+worker). The parent wraps it in an `Ended` with what it adds: where the worker ended (`phase`,
+`case`, `phase_s`) and where it ran (`machine`); the run's record is made from that
+(harness.run.session.Session.record_for). The jobs that run
 no solution answer in fields of their own: `audits` (each an `Audited`), `ceiling`,
 `compile_rows` and `compile_untimed`.
 
@@ -45,7 +46,7 @@ class Job:
     # build jobs), or one of REFERENCE_TASKS
     # An "audit" job's problems, (name, reference file) each; none: the job's own problem alone
     sources: tuple[tuple[str, str], ...] = ()
-    # Where it builds, when not its folder of the build cache (the sandbox's: run.sandboxing)
+    # Where it builds, when not its folder of the build cache (the sandbox's: run.staging)
     build_folder: str = ""
     # Directed: a referee holds the reference's side; the parent directs the timing rounds
     # over the gate, and the checks' outputs go to `evidence` (harness.measure.directed)
@@ -77,12 +78,7 @@ class Judged:
     own_share: float | None = None  # of its device time, in kernels of its own
     reference_share: float | None = None  # ... in kernels the reference launches too
     harness_error: bool = False  # the harness failed the job: no verdict on the solution
-    phase: str | None = None  # where the worker ended: its phase, the case it was on,
-    case: str | None = None
-    phase_s: dict[str, float] | None = None  # and the seconds of each phase
-    parts_s: dict[str, float] | None = None  # and of each part within them (harness.stats)
-    machine: Machine | None = None  # the machine it ran on, with its load then
-    ray_log: bytes | None = None  # the end of its log, on its way back from a Ray host
+    parts_s: dict[str, float] | None = None  # the seconds of each part of judging (harness.stats)
     audits: dict[str, Audited] | None = None  # task "audit": by problem
     ceiling: Ceiling | None = None  # task "ceiling"
     compile_rows: tuple[CompiledRow, ...] = ()  # task "compile_baseline"
@@ -91,6 +87,19 @@ class Judged:
     @property
     def ok(self) -> bool:
         return self.status == verdicts.OK
+
+
+@dataclass(frozen=True)
+class Ended:
+    """A job as the parent saw it end: its result (the worker's own, or one the parent wrote
+    for a worker that crashed, hung or never started), and around it what the parent adds,
+    never written into it: where the worker ended and where it ran."""
+
+    judged: Judged
+    phase: str | None = None  # where the worker ended: its phase, the case it was on,
+    case: str | None = None
+    phase_s: dict[str, float] | None = None  # and the seconds of each phase
+    machine: Machine | None = None  # the machine it ran on, with its load then
 
 
 def failure(verdict: str, detail: str) -> Judged:

@@ -86,7 +86,7 @@ def import_file(path: Path | str, namespace: Mapping[str, object] | None = None)
     again after: a neighbour named like a package found later (`solutions/lltm/cuda.py`, and
     the `cuda.bindings` that torch looks for when a spawned worker imports it) shadows nothing
     afterwards, here or in the workers this process spawns. Exceptions propagate. Links in
-    `path` are kept: a sandboxed job's solution lies under a stable link (harness.run.sandboxing),
+    `path` are kept: a sandboxed job's solution lies under a stable link (harness.run.staging),
     and its `__file__`, which names the sources it builds with torch's `load`, keeps that name.
     """
     path = Path(os.path.abspath(path))

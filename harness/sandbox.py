@@ -21,7 +21,7 @@ the worker's code exists:
 The policy and the scratch folder travel in the environment. Landlock only allows, so
 "everything but these paths" is spelled as rules for each sibling on the way down to them
 (`readable_roots`). As a script this imports nothing but the standard library.
-harness.run.sandboxing starts workers this way and stages their jobs; the audit hook below
+harness.run.staging starts workers this way and stages their jobs; the audit hook below
 names the rule an attempt met.
 
 Landlock (Linux 5.13+) through its three system calls, for a process to restrict itself.
@@ -34,14 +34,14 @@ ptrace-ing, or from ABI 6 signalling, any process outside it (the harness, other
 
 Names what a sandboxed worker tried that the sandbox forbids: an audit hook (sys.addaudithook)
 in the worker, and in every process it forks, writes one line per attempt to VIOLATIONS in its
-scratch folder; the harness reads them when the job ends (harness.run.sandboxing). The kernel
+scratch folder; the harness reads them when the job ends (harness.run.staging). The kernel
 refuses the attempt either way; the hook only says which rule it met, even where the solution
 swallows the error.
 
 Rules: `network` (a connection, bind or send on an internet socket), `filesystem` (opening or
 changing a path the worker may not reach: hidden, or outside its scratch folder for writing),
 `ptrace` (ptrace or another process's memory), `processes` (half its process limit
-started), `memory` (the heap limit reached: harness.run.sandboxing reads that from the error).
+started), `memory` (the heap limit reached: harness.run.staging reads that from the error).
 """
 
 from __future__ import annotations

@@ -166,7 +166,7 @@ REJECTIONS: dict[str, Rule] = {
         "measure/profiling.py",
     ),
     RuleName.PLANTED_MODULE: Rule(
-        "the solution left a module where later processes import from", "run/sandboxing.py"
+        "the solution left a module where later processes import from", "run/staging.py"
     ),
     RuleName.SANDBOX_NETWORK: Rule(
         "in the sandbox, the solution tried to connect, bind or send on an internet socket",
@@ -187,7 +187,7 @@ REJECTIONS: dict[str, Rule] = {
     ),
     RuleName.SANDBOX_MEMORY: Rule(
         "in the sandbox, the solution ran out of its heap limit (--memory-gb)",
-        "run/sandboxing.py",
+        "run/staging.py",
     ),
     RuleName.TORCH_REPLACED: Rule(
         "a function or method of torch was replaced (the reference runs in its referee, whole)",

@@ -12,7 +12,7 @@ import torch
 import torch.nn as nn
 
 from harness import verdicts
-from harness.job import Job, Judged
+from harness.job import Ended, Job, Judged
 from harness.loading import Case, Problem, load_problem, seed_everything
 from harness.matching import mismatch
 from harness.measure.audit import (
@@ -383,7 +383,7 @@ def test_one_worker_audits_every_problem_and_finds_what_it_finds_here(tmp_path) 
     names = ("returns_zeros", "good_relu", "missing")
     sources = tuple((name, str(AUDIT / f"{name}.py")) for name in names)
     job = Job(*sources[0], sources[0][1], str(tmp_path / "a.log"), "", settings, "audit", sources)
-    result = isolate.run_isolated(job, lambda event: None)
+    result = isolate.run_isolated(job, lambda event: None).judged
     assert result.status == verdicts.OK, result.detail
     answers = result.audits or {}
     assert list(answers) == list(names)
@@ -403,9 +403,9 @@ def test_the_run_asks_one_worker_for_all_audits_and_the_rest_alone(tmp_path) -> 
     sources = [ProblemSource(n, AUDIT / f"{n}.py") for n in ("returns_zeros", "good_relu")]
     jobs: list[Any] = []
 
-    def run_job(job: Any) -> Judged:  # answers the first problem only
+    def run_job(job: Any) -> Ended:  # answers the first problem only
         jobs.append(job)
-        return Judged(verdicts.OK, audits=audit_each(job.sources[:1], torch.device("cpu")))
+        return Ended(Judged(verdicts.OK, audits=audit_each(job.sources[:1], torch.device("cpu"))))
 
     def alone(source: ProblemSource, task: str, run: Any) -> Judged:
         jobs.append(source.name)

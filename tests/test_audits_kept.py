@@ -13,7 +13,7 @@ import pytest
 import torch
 
 from harness import verdicts
-from harness.job import Audited, Job, Judged
+from harness.job import Audited, Ended, Job, Judged
 from harness.loading import load_problem
 from harness.measure import audit
 from harness.measure.audit import audit_each
@@ -36,7 +36,7 @@ def _copy(tmp_path: Path, name: str) -> ProblemSource:
     return ProblemSource(name, folder / f"{name}.py")
 
 
-def _no_worker(job: Any) -> Judged:
+def _no_worker(job: Any) -> Ended:
     raise AssertionError("on a CPU the audit runs in the run's own process")
 
 
@@ -73,9 +73,9 @@ def test_on_a_gpu_only_the_problems_not_audited_before_go_to_the_worker(tmp_path
     sources = [_copy(tmp_path, name) for name in ("returns_zeros", "good_relu")]
     jobs: list[Any] = []
 
-    def run_job(job: Any) -> Judged:
+    def run_job(job: Any) -> Ended:
         jobs.append(job.sources)
-        return Judged(verdicts.OK, audits=audit_each(job.sources, torch.device("cpu")))
+        return Ended(Judged(verdicts.OK, audits=audit_each(job.sources, torch.device("cpu"))))
 
     def alone(source: ProblemSource, task: str, run: Any) -> Judged:
         raise AssertionError("every problem was answered by the one job")

@@ -16,7 +16,7 @@ import torch
 from harness import verdicts
 from harness.loading import import_file, load_problem
 from harness.measure.checking import check_cases
-from harness.run import sandboxing
+from harness.run import staging
 from harness.settings import Checking
 from harness.verdicts import Verdict
 from tests.conftest import BUILDS, FIXTURES, REPO, TOY, CliRun
@@ -194,7 +194,7 @@ def test_modules_a_solution_plants_are_rejected_and_removed(
 ) -> None:
     # In the sandbox the planting fails (its folder is not writable) and is named; without
     # one, the modules are planted, then found and removed.
-    if sandbox == "auto" and sandboxing.missing():
+    if sandbox == "auto" and staging.missing():
         verdict = PLANTING
     flags = ("--device", "cpu", "--sandbox", sandbox)
     assert_verdict(run_planting_cheat(tmp_path, monkeypatch, *flags), verdict)

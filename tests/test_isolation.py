@@ -7,7 +7,7 @@ from typing import ClassVar
 import pytest
 
 from harness import verdicts
-from harness.job import Event, Job, Judged, Phase, ReadyToTime, Tick
+from harness.job import Ended, Event, Job, Judged, Phase, ReadyToTime, Tick
 from harness.run import isolate, pool
 from harness.run.pool import LocalSlot
 from harness.settings import Checking, Places, Settings, StopRule, Timing
@@ -79,10 +79,10 @@ def test_a_failed_solution_keeps_its_full_log(toy_run: tuple[int, CliRun]) -> No
 
 def test_a_module_planted_where_python_imports_from_is_found_and_removed(tmp_path) -> None:
     """What shadows a known module or hooks Python's start-up goes; a new helper stays."""
-    from harness.run import sandboxing
+    from harness.run import staging
 
     (tmp_path / "existing.py").write_text("")
-    watched = sandboxing.ImportPath([tmp_path])
+    watched = staging.ImportPath([tmp_path])
     shadows = [tmp_path / "json.py", tmp_path / "existing.cpython-311-x86_64-linux-gnu.so"]
     hooks = [tmp_path / "evil.pth", tmp_path / "sitecustomize.py"]
     for path in [*shadows, *hooks, tmp_path / "own_helper.py"]:
@@ -96,7 +96,7 @@ def test_a_module_planted_where_python_imports_from_is_found_and_removed(tmp_pat
     left = sorted(p.name for p in tmp_path.iterdir())
     assert left == ["existing.py", "not_a_package", "own_helper.py"]
     assert watched.planted() == []
-    assert sandboxing.rejected(Judged(verdicts.OK), planted).reason == "planted_module"
+    assert staging.rejected(Judged(verdicts.OK), planted).reason == "planted_module"
 
 
 def test_a_spare_worker_runs_a_job_as_a_fresh_one_does(tmp_path: Path) -> None:
@@ -104,7 +104,7 @@ def test_a_spare_worker_runs_a_job_as_a_fresh_one_does(tmp_path: Path) -> None:
     settings = Settings(device="cpu", places=places, checking=Checking(trials=1, check_only=True))
     job = Job("toy", str(TOY / "reference.py"), toy_solution("raises"), "", "x", settings)
 
-    def run_in(spare: isolate.Spare | None, name: str) -> Judged:
+    def run_in(spare: isolate.Spare | None, name: str) -> Ended:
         return isolate.run_isolated(
             replace(job, log_path=str(tmp_path / name)), lambda e: None, spare
         )
@@ -114,11 +114,12 @@ def test_a_spare_worker_runs_a_job_as_a_fresh_one_does(tmp_path: Path) -> None:
     dead.process.kill()
     dead.process.join()
     results = [run_in(spare, "spare.log"), run_in(None, "fresh.log"), run_in(dead, "dead.log")]
-    for result in results:
-        assert result.status == "runtime_error", result
-        assert "deliberate failure in forward" in result.detail
-        assert set(result.phase_s or {}) == {"start", "load", "check"}
-        assert {"inputs", "models", "solution"} <= set(result.parts_s or {})  # harness.stats
+    for ended in results:
+        assert ended.judged.status == "runtime_error", ended
+        assert "deliberate failure in forward" in ended.judged.detail
+        assert set(ended.phase_s or {}) == {"start", "load", "check"}
+        assert ended.phase == "check" and ended.case is not None  # where the worker ended
+        assert {"inputs", "models", "solution"} <= set(ended.judged.parts_s or {})
     assert not spare.process.is_alive()  # used once, gone with its job
     assert "deliberate failure" in (tmp_path / "dead.log").read_text()  # a fresh worker ran it
 
@@ -151,7 +152,7 @@ def test_a_gpu_slot_runs_each_next_job_in_a_spare_started_ahead_of_it(
         assert not slot._ahead
     finally:
         slot.close()
-    assert [r.status for r in results] == ["ok"] * 3, results
+    assert [r.judged.status for r in results] == ["ok"] * 3, results
     ahead = ["started ahead of its job" in (tmp_path / f"{n}.log").read_text() for n in range(3)]
     assert ahead == [False, True, True]
     assert seen.count(ReadyToTime()) == 3  # each passed the gate
@@ -199,7 +200,7 @@ def test_a_slots_timing_never_waits_for_a_spare(monkeypatch) -> None:
     monkeypatch.setattr(pool.isolate, "Spare", FakeSpare)
     script: list[str] = []  # what the fake job does: "event", "import", "time"
 
-    def execute(job, folders, on_event, spare, before_timing) -> Judged:
+    def execute(job, folders, on_event, spare, before_timing) -> Ended:
         for step in script:
             if step == "import":
                 FakeSpare.made[0].imported = True
@@ -207,7 +208,7 @@ def test_a_slots_timing_never_waits_for_a_spare(monkeypatch) -> None:
                 before_timing()
             else:
                 on_event(Tick("check") if step == "tick" else Phase("check"))
-        return Judged(verdicts.OK)
+        return Ended(Judged(verdicts.OK))
 
     monkeypatch.setattr(pool, "execute", execute)
     monkeypatch.setattr(pool.machine, "loaded", lambda described, device: None)

@@ -185,3 +185,22 @@ def test_the_parent_takes_the_job_contract_from_it_not_from_the_worker() -> None
         text = path.read_text(encoding="utf-8")
         assert "from harness.measure.worker import Job" not in text, path.name
         assert not re.search(r"from harness\.measure\.worker import [^\n]*\bJob\b", text), path.name
+
+
+def test_the_parent_wraps_a_job_s_result_and_never_writes_into_it() -> None:
+    # Where the worker ended and where it ran are the parent's: they are fields of Ended,
+    # around the Judged, and a run's record takes every field of the result it shares with it.
+    from dataclasses import fields
+
+    from harness.job import Ended, Judged
+    from harness.record import RunRecord
+    from harness.run.session import CARRIED
+
+    parents = {"phase", "case", "phase_s", "machine"}
+    assert parents <= {f.name for f in fields(Ended)}
+    assert not parents & {f.name for f in fields(Judged)}
+    # the session adds baselines, scans and witnesses; a record's ceiling is the run's (a
+    # "ceiling" job's result is where the session got it)
+    decided = {"benchmarks", "warnings", "ceiling"}
+    shared = {f.name for f in fields(Judged)} & {f.name for f in fields(RunRecord)}
+    assert set(CARRIED) == shared - decided

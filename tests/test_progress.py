@@ -9,7 +9,7 @@ from types import SimpleNamespace
 import pytest
 
 from harness import verdicts
-from harness.job import BuildEnd, BuildStart, Count, Judged, Phase, Tick
+from harness.job import BuildEnd, BuildStart, Count, Ended, Judged, Phase, Tick
 from harness.record import Build
 from harness.run import progress
 from harness.run.progress import Progress
@@ -79,7 +79,7 @@ def test_an_extension_built_by_the_run_is_not_then_claimed_from_the_cache() -> N
     report = SerialReport(shown)
 
     built = Judged(verdicts.OK, builds=(Build("toy_ext", cuda=False, seconds=40.6),))
-    unit = SimpleNamespace(index=1, total=1, label="toy/cpp_extension", built=built)
+    unit = SimpleNamespace(index=1, total=1, label="toy/cpp_extension", built=Ended(built))
     report.built(unit, built)  # type: ignore[arg-type]  # a stand-in unit
     on_event = report.judging(unit, "cpu")  # type: ignore[arg-type]
     on_event(BuildStart("toy_ext", found=True))

@@ -32,7 +32,7 @@ from harness.job import (  # noqa: E402
     Job,
     Tick,
 )
-from harness.run import raypool, sandboxing  # noqa: E402
+from harness.run import raypool, staging  # noqa: E402
 from harness.settings import (  # noqa: E402
     Checking,
     Limits,
@@ -40,8 +40,8 @@ from harness.settings import (  # noqa: E402
     Settings,
     StopRule,
     Timing,
-    source_hash,
 )
+from harness.toolchain import source_hash  # noqa: E402
 from harness.verdicts import UserError  # noqa: E402
 from tests.conftest import REPO, TOY, toy_solution  # noqa: E402
 
@@ -51,7 +51,7 @@ EXPECTED = {"good": "ok", "wrong_scale": "incorrect", "cpp_extension": "ok"}
 FIXTURES = REPO / "tests" / "fixtures" / "sandbox"
 # Two attacks of tests/fixtures/sandbox, each stopped by the sandbox its judge's process made
 ATTACKS = {"socket_out": "sandbox_network", "write_runs": "sandbox_filesystem"}
-LACKS = sandboxing.missing()
+LACKS = staging.missing()
 
 
 @pytest.fixture(scope="module")
@@ -165,7 +165,7 @@ def test_a_build_unpacked_where_it_was_missing_is_up_to_date_for_ninja(
     """A judge on another host finds the build task's folder in its own cache: here the one
     the build left, packed, removed, and unpacked where it was (paths are the same on
     every host), after which ninja has nothing to do where the judge's worker builds: in the
-    sandbox, a copy in its scratch folder under the build's stable name (harness.run.sandboxing),
+    sandbox, a copy in its scratch folder under the build's stable name (harness.run.staging),
     else the cache's folder itself."""
     _, root = ray_run
     (folder,) = [
@@ -178,7 +178,7 @@ def test_a_build_unpacked_where_it_was_missing_is_up_to_date_for_ninja(
     assert raypool.restore(folder, lambda: (folder.name, packed))
     assert {p.relative_to(folder): p.stat().st_mtime_ns for p in folder.rglob("*")} == before
     where = folder
-    if not LACKS:  # as sandboxing.stage stages it, mtimes kept
+    if not LACKS:  # as staging.stage stages it, mtimes kept
         link = root / "builds" / ".sandbox" / "b" / folder.relative_to(root / "builds")
         shutil.copytree(folder, tmp_path / "scratch" / "build", symlinks=True)
         link.unlink()  # the link to the build task's scratch folder, gone with it
@@ -271,7 +271,7 @@ def test_builds_run_as_tasks_and_a_stopped_judge_drops_its_job(
         jobs = [toy_job(name, tmp_path, 600) for name in ("good", "wrong_scale")]
         builds = [pool.build(_as_build(job), folders, lambda e: None) for job in jobs]
         assert (len(pool._running), len(pool._waiting)) == (1, 1)  # the second waits its turn
-        assert [f.result(timeout=120).status for f in builds] == ["ok", "ok"]
+        assert [f.result(timeout=120).judged.status for f in builds] == ["ok", "ok"]
         assert Path(jobs[0].log_path.removesuffix(".log") + ".build.log").exists()
 
         slot, ticks = pool.slots[0], []
@@ -286,10 +286,10 @@ def test_builds_run_as_tasks_and_a_stopped_judge_drops_its_job(
         assert ticks and all(isinstance(e, Tick) and e.phase == "remote" for e in ticks)
         # The actor judges one job at a time: it takes the next only once the hung one ended.
         started = time.monotonic()
-        judged = slot.run(jobs[0], folders, _give_up_after(120))
-        assert judged.status == "ok", judged.detail
+        ended = slot.run(jobs[0], folders, _give_up_after(120))
+        assert ended.judged.status == "ok", ended.judged.detail
         assert time.monotonic() - started < 120
-        assert judged.machine is not None and judged.machine.host == socket.gethostname()
+        assert ended.machine is not None and ended.machine.host == socket.gethostname()
     finally:
         pool.close()
 

@@ -10,7 +10,7 @@ import pytest
 
 from harness import sandbox, verdicts
 from harness.measure import anticheat
-from harness.run import sandboxing
+from harness.run import staging
 from harness.verdicts import Verdict
 from tests.conftest import REPO
 
@@ -33,7 +33,7 @@ def test_every_rule_raised_is_declared_and_raised_where_declared() -> None:
     by_module = {
         str(path.relative_to(HARNESS)): raised_rules(path) for path in HARNESS.rglob("*.py")
     }
-    by_module["run/sandboxing.py"] = {sandboxing.REASON, f"sandbox_{sandboxing.MEMORY_RULE}"}
+    by_module["run/staging.py"] = {staging.REASON, f"sandbox_{staging.MEMORY_RULE}"}
     by_module["sandbox.py"] = {f"sandbox_{rule}" for rule in sandbox.RULES}
     raised = set().union(*by_module.values())
     assert raised == set(verdicts.REJECTIONS)

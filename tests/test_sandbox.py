@@ -19,8 +19,8 @@ import pytest
 from harness import sandbox as sandbox_policy
 from harness.job import Job
 from harness.run import pool as local
-from harness.run import raypool, sandboxing
-from harness.run import sandboxing as sandbox
+from harness.run import raypool, staging
+from harness.run import staging as sandbox
 from harness.settings import Limits, Places, Settings
 from harness.verdicts import UserError
 from tests.conftest import REPO, TOY, CliRun, toy_solution
@@ -68,26 +68,26 @@ def test_a_cached_build_is_staged_only_while_its_modules_match_their_record(
     built = tmp_path / "built" / "ext"
     built.mkdir(parents=True)
     (built / "ext.so").write_bytes(b"module")
-    cache = sandboxing.cache_folder(job)
+    cache = staging.cache_folder(job)
     pool = local.LocalPool(["cpu"], 1)
     assert not pool.built(job)  # nothing in the cache: its build job builds it
-    sandboxing.publish(built.parent, cache)
+    staging.publish(built.parent, cache)
     assert not pool.built(job)  # without the sandbox the cache keeps no digests
     monkeypatch.setattr(sandbox, "active", object())
     assert pool.built(job)  # whole: its judge loads it, no build job is needed
-    assert json.loads((cache / sandboxing.MANIFEST).read_text()) == sandboxing._modules(cache)
+    assert json.loads((cache / staging.MANIFEST).read_text()) == staging._modules(cache)
     links = tmp_path / "links"
     scratch = tmp_path / "w1"
     scratch.mkdir()
-    staged = sandboxing.stage(job, scratch, links)
+    staged = staging.stage(job, scratch, links)
     assert (scratch / "build" / "ext" / "ext.so").read_bytes() == b"module"
     assert Path(staged.build_folder).resolve() == (scratch / "build").resolve()  # its link
     assert Path(staged.solution).read_text() == Path(job.solution).read_text()
-    sandboxing.finish(job, scratch, sandboxing.Judged("ok"))
+    staging.finish(job, scratch, staging.Judged("ok"))
     (cache / "ext" / "ext.so").write_bytes(b"planted")  # written behind the harness's back
     scratch = tmp_path / "w2"
     scratch.mkdir()
-    sandboxing.stage(job, scratch, links)
+    staging.stage(job, scratch, links)
     assert not (scratch / "build" / "ext").exists()  # not loaded: it builds afresh
     assert not pool.built(job)  # and it gets a build job
     monkeypatch.setattr(sandbox, "active", None)
@@ -101,16 +101,16 @@ def test_a_build_compiled_again_to_the_same_module_is_published_again(tmp_path: 
     built.mkdir(parents=True)
     (built / "ext.so").write_bytes(b"module")
     (built / ".ninja_log").write_text("# ninja log v5\n1\t2\t3\text.so\told-commands\n")
-    cache = sandboxing.cache_folder(job)
-    sandboxing.publish(built.parent, cache)
+    cache = staging.cache_folder(job)
+    staging.publish(built.parent, cache)
     scratch = tmp_path / "w1"
     scratch.mkdir()
-    sandboxing.stage(job, scratch, tmp_path / "links")
+    staging.stage(job, scratch, tmp_path / "links")
     ran = "# ninja log v5\n4\t5\t6\text.so\tnew-commands\n"  # compiled again: other commands
     (scratch / "build" / "ext" / ".ninja_log").write_text(ran)
-    sandboxing.finish(job, scratch, sandboxing.Judged("ok"))
+    staging.finish(job, scratch, staging.Judged("ok"))
     assert (cache / "ext" / ".ninja_log").read_text() == ran  # the next job finds it up to date
-    assert sandboxing.intact(cache)
+    assert staging.intact(cache)
 
 
 @needs_sandbox
@@ -202,7 +202,7 @@ def test_required_refuses_a_machine_without_it(monkeypatch) -> None:
 
 @needs_sandbox
 @pytest.mark.parametrize(
-    ("device", "sandboxing", "memory_gb"),
+    ("device", "sandbox_mode", "memory_gb"),
     [  # `auto`, as run.py's default; on the GPU it must find that CUDA starts inside it, and a
         # CUDA context fit (`required` refusing where something lacks: tests above)
         ("cpu", "auto", "2"),
@@ -210,7 +210,7 @@ def test_required_refuses_a_machine_without_it(monkeypatch) -> None:
     ],
 )
 def test_every_attack_is_stopped_and_named_and_honest_solutions_pass(
-    cli: CliRun, monkeypatch, device: str, sandboxing: str, memory_gb: str
+    cli: CliRun, monkeypatch, device: str, sandbox_mode: str, memory_gb: str
 ) -> None:
     results = cli.root / "results"
     (results / "cpu").mkdir(parents=True)
@@ -220,7 +220,7 @@ def test_every_attack_is_stopped_and_named_and_honest_solutions_pass(
     monkeypatch.setenv("SANDBOX_BUILDS", str(cli.build_dir))
     solutions = [str(FIXTURES / f"{name}.py") for name in ATTACKS] + [toy_solution("good")]
     flags = ["--memory-gb", memory_gb, "--max-processes", "64", "--timeout", "30"]
-    flags += ["--budget-ms", "5", "--check-only", "--sandbox", sandboxing, "--device", device]
+    flags += ["--budget-ms", "5", "--check-only", "--sandbox", sandbox_mode, "--device", device]
     pairs = [("--solution", path) for path in solutions]
     cli("--problem", str(TOY), *[word for pair in pairs for word in pair], *flags)
     for name, rule in ATTACKS.items():
@@ -270,7 +270,8 @@ def test_a_ray_process_takes_the_runs_sandbox_once_and_says_why_not(
     # Under 'required' a build task on such a host builds nothing, and says where and why.
     settings = Settings(places=Places(tmp_path / "r", tmp_path / "builds", tmp_path / "l"))
     job = Job("toy", str(TOY / "reference.py"), toy_solution("good"), "", "hash", settings)
-    judged, packed = raypool.build_remotely(job, [], ("required", rules))
+    shipped, packed = raypool.build_remotely(job, [], ("required", rules))
+    judged = shipped.ended.judged
     assert judged.harness_error and packed is None
     assert judged.detail.endswith(f"on {socket.gethostname()}: {refused}")
 
@@ -301,12 +302,12 @@ def test_every_job_of_a_solution_sees_its_files_and_build_under_the_same_names(
     for attempt in range(2):
         scratch = tmp_path / f"w{attempt}"
         scratch.mkdir()
-        staged = sandboxing.stage(job, scratch, tmp_path / "links")
+        staged = staging.stage(job, scratch, tmp_path / "links")
         solution = Path(staged.solution)
         assert solution.resolve() == (scratch / "solution" / "good.py").resolve()
         assert Path(staged.build_folder).resolve() == (scratch / "build").resolve()
         seen.append((staged.solution, staged.build_folder))
-        sandboxing.finish(job, scratch, sandboxing.Judged("ok"))
+        staging.finish(job, scratch, staging.Judged("ok"))
     assert seen[0] == seen[1] and str(tmp_path / "links") in seen[0][0]
 
 

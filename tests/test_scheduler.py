@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 
 from harness import verdicts
-from harness.job import Job, Judged, Tick
+from harness.job import Ended, Job, Judged, Tick
 from harness.record import Build, Machine, read
 from harness.run import scheduler
 from harness.run.discovery import ProblemSource, builds_at_import
@@ -46,7 +46,7 @@ class FakeSlot:
         self.more: list[int] = []  # how many jobs each job was told may follow
         self.began: list[float] = []  # when each job began
 
-    def run(self, job: Job, folders: list[Path], on_event: Any, more: int = 1) -> Judged:
+    def run(self, job: Job, folders: list[Path], on_event: Any, more: int = 1) -> Ended:
         self.more.append(more)
         self.began.append(time.monotonic())
         if self.meet is not None and not self.judged:  # the first jobs of all slots at once
@@ -55,7 +55,7 @@ class FakeSlot:
         stem = Path(job.solution).stem
         self.judged.append(stem)
         where = dataclasses.replace(MACHINE, device=self.name)
-        return dataclasses.replace(self.verdicts.get(stem, verdict(verdicts.OK)), machine=where)
+        return Ended(self.verdicts.get(stem, verdict(verdicts.OK)), machine=where)
 
 
 class FakePool:
@@ -81,11 +81,11 @@ class FakePool:
     def built(self, job: Job) -> bool:
         return Path(job.solution).stem in self.cached
 
-    def build(self, job: Job, folders: list[Path], on_event: Any) -> Future[Judged]:
+    def build(self, job: Job, folders: list[Path], on_event: Any) -> Future[Ended]:
         stem = Path(job.solution).stem
         self.started.append(stem)
-        future: Future[Judged] = Future()
-        result = self.builds.get(stem, verdict(verdicts.OK))
+        future: Future[Ended] = Future()
+        result = Ended(self.builds.get(stem, verdict(verdicts.OK)))
 
         def finish() -> None:
             time.sleep(self.delays.get(stem, 0.0))
@@ -135,7 +135,7 @@ def test_a_plain_solution_gets_no_build_job_and_is_judged(
     assert pool.started == ["cpp_extension"]  # good.py names no extension builder
     assert pool.judged() == ["good", "cpp_extension"]
     nothing = Scheduler(session_on(tmp_path / "b"), FakePool(), Report()).build(toy_work("good"))
-    assert [(unit.solution.name, built.detail) for unit, built in nothing] == [
+    assert [(unit.solution.name, built.judged.detail) for unit, built in nothing] == [
         ("good.py", "nothing to build")
     ]
 

@@ -36,7 +36,7 @@ from pathlib import Path
 
 import torch
 
-from harness.job import Audited, Job, Judged
+from harness.job import Audited, Ended, Job, Judged
 from harness.loading import Problem, load_problem
 from harness.measure import audit
 from harness.measure.audit import REJECT
@@ -47,7 +47,7 @@ from harness.run.progress import Progress
 from harness.settings import Settings
 from harness.verdicts import ProblemRefused, UserError
 
-RunJob = Callable[[Job], Judged]  # runs a job in a worker on one of the run's slots
+RunJob = Callable[[Job], Ended]  # runs a job in a worker on one of the run's slots
 ReferenceJob = Callable[[ProblemSource, str, str], Job]  # (source, task, log label) -> Job
 ReferenceResult = Callable[[ProblemSource, str, RunJob], Judged]  # (source, task, run)
 ReferenceHash = Callable[[ProblemSource], str]  # the reference's sources (toolchain.source_hash)
@@ -94,7 +94,7 @@ class Auditing:
             return
         job = self.reference_job(left[0], "audit", "audits")
         job = replace(job, sources=tuple((s.name, str(s.reference)) for s in left))
-        result = run_job(job)
+        result = run_job(job).judged
         if result.ok:  # a harness failure is never ok
             answers = result.audits or {}
             self._audited.update(answers)

@@ -97,7 +97,7 @@ def start(args: argparse.Namespace, work: Work, resolve: Any, recording: bool) -
     """The session and the pool (this host's, or Ray's with --ray) that judge `work`, its
     sandbox begun (it ends with the pool)."""
     from harness.run import pool as local
-    from harness.run import sandboxing
+    from harness.run import staging
     from harness.run.session import Session
 
     if args.ray:
@@ -113,7 +113,7 @@ def start(args: argparse.Namespace, work: Work, resolve: Any, recording: bool) -
     pool = local.LocalPool(
         local.gpu_devices(args.gpus, settings.device), local.build_jobs(args.build_jobs)
     )
-    sandboxing.begin(settings, work)  # ended with the pool
+    staging.begin(settings, work)  # ended with the pool
     return session, pool
 
 
@@ -155,15 +155,16 @@ def build_work(session: Session, work: Work, pool: Any) -> int:
     finally:
         pool.close()
     failed = 0
-    for unit, result in built:
-        builds = (result.builds if result else None) or ()
+    for unit, ended in built:
+        result = ended.judged
+        builds = result.builds or ()
         # a CUDA solution built on a machine without a GPU (--compile-cuda) is built too
-        if result and (result.ok or (result.status == verdicts.NO_GPU and builds)):
+        if result.ok or (result.status == verdicts.NO_GPU and builds):
             done = ", ".join(b.name + (" cached" if b.cached else "") for b in builds)
             print(f"{unit.label}: built ({done or 'no extension'})")
         else:
             failed += 1
-            print(f"{unit.label}: {result.status}: {result.detail}" if result else unit.label)
+            print(f"{unit.label}: {result.status}: {result.detail}")
     seconds = time.monotonic() - started
     print(f"build only: {len(built) - failed} of {len(built)} built in {seconds:.0f} s")
     return EXIT_FAILED if failed else EXIT_OK

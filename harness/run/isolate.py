@@ -31,6 +31,7 @@ from harness.job import (
     BuildEnd,
     BuildStart,
     Done,
+    Ended,
     Event,
     Imported,
     Job,
@@ -46,7 +47,7 @@ from harness.job import (
 )
 from harness.measure import directed, pch, worker
 from harness.measure.worker import waiting
-from harness.run import sandboxing
+from harness.run import staging
 from harness.run.processes import Held, end_tree
 from harness.run.refereeing import Broken, Judge, RefereeFailed
 from harness.settings import Limits
@@ -65,7 +66,7 @@ class Spare:
         context = multiprocessing.get_context("spawn")
         jobs, self.jobs = context.Pipe(duplex=False)
         self.receiver, sender = context.Pipe(duplex=False)
-        self.scratch = sandboxing.active.scratch() if sandboxing.active else None
+        self.scratch = staging.active.scratch() if staging.active else None
         process = context.Process(target=waiting, args=(jobs, sender), daemon=True)
         self.process = _started(process, self.scratch)
         jobs.close()
@@ -118,7 +119,7 @@ class Spare:
         self.process.join(JOIN_S)
         self.receiver.close()
         self.jobs.close()
-        if self.scratch is not None:  # a job's is removed as the job ends (sandboxing.finish)
+        if self.scratch is not None:  # a job's is removed as the job ends (staging.finish)
             shutil.rmtree(self.scratch, ignore_errors=True)
 
 
@@ -128,15 +129,16 @@ def run_isolated(
     spare: Spare | None = None,
     before_timing: Callable[[], None] | None = None,
     held: Held | None = None,
-) -> Judged:
+) -> Ended:
     """Run `job` in a spawned worker (`spare`, where one is given and alive); `on_event` sees
-    phase, case, build and tick events. The result says where the worker ended, however it
-    ended: its last `phase` ("load", "check", "time") and the `case` (or benchmark) of that
-    phase it had reached, or None; and the seconds spent in each phase (`phase_s`; in the
-    sandbox, "stage" is the harness's copying in and out, harness.run.sandboxing).
+    phase, case, build and tick events. Its result comes back wrapped in where the worker
+    ended, however it ended: its last `phase` ("load", "check", "time") and the `case` (or
+    benchmark) of that phase it had reached, or None; and the seconds spent in each phase
+    (`phase_s`; in the sandbox, "stage" is the harness's copying in and out,
+    harness.run.staging).
     `before_timing` runs when the worker is about to time, which it does once that returns.
     A build job's worker is in `held` while it runs (stopped while a timing runs)."""
-    box = sandboxing.active
+    box = staging.active
     usable = spare is not None and spare.usable()
     if spare is not None and not usable:
         spare.close()
@@ -145,9 +147,9 @@ def run_isolated(
     try:
         scratch = scratch or (box.scratch() if box else None)
         job = _directed(job, scratch)
-        staged = sandboxing.stage(job, scratch, box.links) if box and scratch else job
+        staged = staging.stage(job, scratch, box.links) if box and scratch else job
     except OSError as err:  # the harness's folder, not the solution: no verdict on it
-        return harness_failure(f"cannot prepare the worker's scratch folder: {err}")
+        return Ended(harness_failure(f"cannot prepare the worker's scratch folder: {err}"))
     staging_s = time.monotonic() - began
     if spare is not None and usable:
         process, receiver, gate = spare.process, spare.receiver, spare.jobs
@@ -176,11 +178,11 @@ def run_isolated(
             gate.send("go")
         on_event(event)
 
-    judged = harness_failure("the run stopped while its worker ran")
+    ended = Ended(harness_failure("the run stopped while its worker ran"))
     try:
-        judged = _watch(process, receiver, job.settings.limits, opened, log)
+        ended = _watch(process, receiver, job.settings.limits, opened, log)
         if judge is not None:
-            judged = _decided(judge, judged)
+            ended = replace(ended, judged=_decided(judge, ended.judged))
     finally:
         if held is not None:
             held.discard(process.pid)
@@ -193,8 +195,8 @@ def run_isolated(
             if scratch is None:
                 shutil.rmtree(judge.evidence, ignore_errors=True)
         if scratch is not None:
-            judged = _taken_out(job, process.pid, scratch, judged, staging_s)
-    return judged
+            ended = _taken_out(job, process.pid, scratch, ended, staging_s)
+    return ended
 
 
 def _directed(job: Job, scratch: Path | None) -> Job:
@@ -240,17 +242,16 @@ def _refereed(judge: Judge, process: Any, step: Callable[[], None]) -> None:
 def _decided(judge: Judge, judged: Judged) -> Judged:
     """The verdict the evidence supports (Judge.verdict), where the worker ended at `judged`."""
     try:
-        decided = judge.verdict(judged)
+        return judge.verdict(judged)
     except RefereeFailed as failed:
         failure_ = harness_failure(f"the referee failed: {failed}")
-        decided = replace(
+        return replace(
             judged,
             status=failure_.status,
             detail=failure_.detail,
             harness_error=True,
             benchmarks=(),
         )
-    return replace(decided, phase=judged.phase, case=judged.case, phase_s=judged.phase_s)
 
 
 def _end(process: Any) -> None:
@@ -265,7 +266,7 @@ def _serve(scratch: Path, job: Job, held: Held | None) -> None:
     """What a sandboxed worker's folder asks of the harness as it runs: its log followed, and
     a precompiled header its build wants made (a compile too: held as the builds are)."""
     with contextlib.suppress(OSError):  # its end says why, where it cannot be written
-        sandboxing.follow(scratch, job)
+        staging.follow(scratch, job)
         maker = pch.answer(scratch, job.settings.places.build_dir)
         if maker is not None and held is not None:
             held.follow(maker)
@@ -284,18 +285,18 @@ def _spawned(staged: Job, scratch: Path | None) -> tuple[Any, Any, Any]:
     return process, receiver, gate
 
 
-def _taken_out(job: Job, pid: int, scratch: Path, judged: Judged, staged_s: float) -> Judged:
+def _taken_out(job: Job, pid: int, scratch: Path, ended: Ended, staged_s: float) -> Ended:
     """After a sandboxed job: what its worker started killed, its log and build taken out
-    (sandboxing.finish), and the seconds of staging in (`staged_s`) and out as its "stage"
+    (staging.finish), and the seconds of staging in (`staged_s`) and out as its "stage"
     phase."""
     with contextlib.suppress(OSError):
         os.killpg(pid, signal.SIGKILL)  # its group (the launcher's setpgid)
     began = time.monotonic()
-    judged = sandboxing.finish(job, scratch, judged)
-    if judged.phase_s is None:
-        return judged
+    ended = replace(ended, judged=staging.finish(job, scratch, ended.judged))
+    if ended.phase_s is None:
+        return ended
     stage = round(staged_s + time.monotonic() - began, 3)
-    return replace(judged, phase_s={**judged.phase_s, "stage": stage})
+    return replace(ended, phase_s={**ended.phase_s, "stage": stage})
 
 
 def _started(process: Any, scratch: Path | None = None) -> Any:
@@ -309,10 +310,10 @@ def _started(process: Any, scratch: Path | None = None) -> Any:
     resource_tracker.ensure_running()
     mask = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
     try:
-        if scratch is not None and sandboxing.active:  # through the sandbox's launcher
-            sandboxing.active.start(process, scratch)
+        if scratch is not None and staging.active:  # through the sandbox's launcher
+            staging.active.start(process, scratch)
         else:
-            with sandboxing.spawning():
+            with staging.spawning():
                 process.start()
     finally:
         signal.pthread_sigmask(signal.SIG_SETMASK, mask)
@@ -321,7 +322,7 @@ def _started(process: Any, scratch: Path | None = None) -> Any:
 
 def _watch(
     process: Any, receiver: Any, limits: Limits, on_event: Callable[[Event], None], log: Path
-) -> Judged:
+) -> Ended:
     phase, phase_start, build_start = "start", time.monotonic(), None
     case: str | None = None  # the case or benchmark of the phase that the worker is at
     spent: dict[str, float] = {}  # seconds in each phase, the current one until now
@@ -330,9 +331,9 @@ def _watch(
     def count(now: float) -> None:  # the current phase's seconds since `entered`
         spent[phase] = round(spent.get(phase, 0.0) + now - entered, 3)
 
-    def at(judged: Judged) -> Judged:  # `judged`, with where the worker ended
+    def at(judged: Judged) -> Ended:  # `judged`, with where the worker ended
         count(time.monotonic())
-        return replace(judged, phase=phase, case=case, phase_s=dict(spent))
+        return Ended(judged, phase=phase, case=case, phase_s=dict(spent))
 
     while True:
         if receiver.poll(POLL_S):
@@ -367,7 +368,7 @@ def _watch(
         if elapsed > limit:
             _end(process)
             if phase == "start":  # the solution was not even imported: no verdict on it
-                return harness_failure(f"the worker did not start within {limit:g} s")
+                return Ended(harness_failure(f"the worker did not start within {limit:g} s"))
             step = "build" if build_start is not None else phase
             return at(_timed_out(step, limit, case, flag))
         on_event(_tick(phase, build_start is not None, elapsed, (limit, flag), case))

@@ -21,9 +21,9 @@ from pathlib import Path
 
 import torch
 
-from harness.job import Event, Job, Judged, OnEvent
+from harness.job import Ended, Event, Job, OnEvent
 from harness.record import Machine
-from harness.run import isolate, machine, sandboxing
+from harness.run import isolate, machine, staging
 from harness.run.processes import Held, can_hold
 from harness.settings import REPO
 from harness.verdicts import UserError
@@ -45,17 +45,17 @@ def execute(
     spare: isolate.Spare | None = None,
     before_timing: Callable[[], None] | None = None,
     held: Held | None = None,
-) -> Judged:
+) -> Ended:
     """Run `job` in a worker (`spare`, where given); a module it planted where Python imports
     from (`folders`, and this process's import path) is removed, and rejects it
-    (harness.run.sandboxing), however the job ended (also when the run stops it)."""
-    watched = sandboxing.ImportPath(folders)
+    (harness.run.staging), however the job ended (also when the run stops it)."""
+    watched = staging.ImportPath(folders)
     try:
         result = isolate.run_isolated(job, on_event, spare, before_timing, held)
     finally:
         planted = watched.remove_planted()
     if planted:
-        result = sandboxing.rejected(result, planted)
+        result = dataclasses.replace(result, judged=staging.rejected(result.judged, planted))
     return result
 
 
@@ -90,8 +90,8 @@ class LocalSlot:
             self._described = machine.describe(torch.device(self.device), REPO)
         return self._described
 
-    def run(self, job: Job, folders: list[Path], on_event: OnEvent, more: int = 1) -> Judged:
-        """Run `job` on this slot's device; the result carries the machine and its load as the
+    def run(self, job: Job, folders: list[Path], on_event: OnEvent, more: int = 1) -> Ended:
+        """Run `job` on this slot's device; how it ended carries the machine and its load as the
         job began (`machine`). `more`: how many jobs may follow (not yet taken by any slot),
         for which spare workers start, `ahead` at most; with none, those left are closed."""
         where = machine.loaded(self.machine(), torch.device(self.device))
@@ -162,7 +162,7 @@ class LocalPool:
         os.environ.setdefault("MAX_JOBS", COMPILES_PER_BUILD)  # workers inherit it
         self._builder = ThreadPoolExecutor(build_jobs, thread_name_prefix="build")
 
-    def build(self, job: Job, folders: list[Path], on_event: OnEvent) -> Future[Judged]:
+    def build(self, job: Job, folders: list[Path], on_event: OnEvent) -> Future[Ended]:
         """Start the build job of a solution (task "build"); its result when it is done."""
         return self._builder.submit(execute, job, folders, on_event, held=self.held)
 
@@ -173,8 +173,8 @@ class LocalPool:
     def built(self, job: Job) -> bool:
         """Whether the solution's build is whole in the cache, so that a build job would only
         load it (a worker's start, seconds): known in the sandbox, where the harness publishes
-        each build with its modules' digests and stages it for the judge (sandboxing.intact)."""
-        return sandboxing.active is not None and sandboxing.intact(sandboxing.cache_folder(job))
+        each build with its modules' digests and stages it for the judge (staging.intact)."""
+        return staging.active is not None and staging.intact(staging.cache_folder(job))
 
     def close(self) -> None:
         """Drop the builds not started (the running ones end with their workers), and the
@@ -184,7 +184,7 @@ class LocalPool:
             slot.close()
         if self.held is not None:  # a build stopped as the run stops goes on, and ends
             self.held.close()
-        sandboxing.end()  # the run's, where it had one
+        staging.end()  # the run's, where it had one
 
 
 def spares_ahead(memory_bytes: int | None, cores: int | None, slots: int) -> int:

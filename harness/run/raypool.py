@@ -13,7 +13,7 @@ the cluster. --build-dir and --log-dir name a folder on each host.
 
 Builds and logs travel between hosts as `pack` and `restore` below say.
 
-The sandbox (--sandbox, harness.run.sandboxing) is the run's on every host: this process makes
+The sandbox (--sandbox, harness.run.staging) is the run's on every host: this process makes
 its rules from the run's folders, solutions and problems (`RayPool.sandbox`), and each judging
 actor and build task makes it the active one of its process before its first job, as a local
 run does, and says where it cannot ('required' then refuses: the run does not start, or a
@@ -49,9 +49,9 @@ from concurrent.futures import Future
 from pathlib import Path
 from typing import Any
 
-from harness.job import Event, Job, Judged, OnEvent, Tick, harness_failure
+from harness.job import Ended, Event, Job, OnEvent, Tick, harness_failure
 from harness.record import Machine
-from harness.run import sandboxing
+from harness.run import staging
 from harness.run.pool import COMPILES_PER_BUILD, LocalSlot, execute
 from harness.sandbox import Policy
 from harness.settings import REPO
@@ -152,8 +152,8 @@ class RayPool:
         self.ray, self.limit, self.started = ray, build_jobs, started
         self.shipped: dict[tuple[str, str, str], Any] = {}  # a build's packed folder, by job
         self._lock = threading.Lock()
-        self._waiting: deque[tuple[Job, list[Path], Future[Judged]]] = deque()
-        self._running: dict[Any, Future[Judged]] = {}  # build ref: its future
+        self._waiting: deque[tuple[Job, list[Path], Future[Ended]]] = deque()
+        self._running: dict[Any, Future[Ended]] = {}  # build ref: its future
         self._closed = False
         self.rules: tuple[str, Policy] | None = None  # the run's sandbox: mode and rules
         self._build_task = ray.remote(num_cpus=1, num_returns=2, max_retries=0)(build_remotely)
@@ -189,7 +189,7 @@ class RayPool:
         mode = settings.limits.sandbox
         if mode == "off":
             return
-        rules = sandboxing.policy(settings, work)
+        rules = staging.policy(settings, work)
         self.rules = (mode, rules)
         folder = Path(settings.places.build_dir).absolute()
         asked = [slot.actor.sandbox.remote(mode, rules, folder) for slot in self.slots]
@@ -215,10 +215,10 @@ class RayPool:
         """Never: a judge gets its build from the build task, packed (`pack`)."""
         return False
 
-    def build(self, job: Job, folders: list[Path], on_event: OnEvent) -> Future[Judged]:
+    def build(self, job: Job, folders: list[Path], on_event: OnEvent) -> Future[Ended]:
         """Start the build job of a solution (task "build") as a Ray task; its result when it is
         done. Its packed build folder is kept for the solution's judge."""
-        done: Future[Judged] = Future()
+        done: Future[Ended] = Future()
         with self._lock:
             self._waiting.append((job, folders, done))
         self._submit()
@@ -239,7 +239,7 @@ class RayPool:
         for job, result in started:  # outside the lock: a done future calls back at once
             result.future().add_done_callback(functools.partial(self._built, job, result))
 
-    def _built(self, job: Job, ref: Any, finished: Future[Judged]) -> None:
+    def _built(self, job: Job, ref: Any, finished: Future[Shipped]) -> None:
         """A build task ended: its result to the scheduler, and the next build started."""
         with self._lock:
             done = self._running.pop(ref, None)
@@ -279,7 +279,7 @@ class RaySlot:
         self.device: str = self.machine.device or "cpu"
         self.name = f"ray {self.machine.host} {ray_gpu or self.device}"
 
-    def run(self, job: Job, folders: list[Path], on_event: OnEvent, more: int = 1) -> Judged:
+    def run(self, job: Job, folders: list[Path], on_event: OnEvent, more: int = 1) -> Ended:
         """Judge `job` on this judge's actor; `more`: how many jobs may follow (the actor's
         slot starts spare workers for them, harness.run.pool.LocalSlot.run)."""
         ray = self.pool.ray
@@ -316,22 +316,22 @@ class Judge:
         return self.slot.machine(), f"gpu {gpus[0]}" if gpus else None
 
     def sandbox(self, mode: str, rules: Policy, build_dir: Path) -> str | None:
-        """Judge in a sandbox of `rules` from now on (harness.run.sandboxing.take); None when
+        """Judge in a sandbox of `rules` from now on (harness.run.staging.take); None when
         it is on, else why not."""
-        return sandboxing.take(mode, rules, build_dir, self.slot.device)
+        return staging.take(mode, rules, build_dir, self.slot.device)
 
     def close(self) -> None:
         """Its spare workers closed and its sandbox's folders removed (before it is killed)."""
         self.slot.close()
-        sandboxing.end()
+        staging.end()
 
-    def run(self, job: Job, folders: list[Path], packed: list[Any], more: int = 1) -> Judged:
+    def run(self, job: Job, folders: list[Path], packed: list[Any], more: int = 1) -> Shipped:
         """Judge `job` on this actor's device, first unpacking the build shipped with it
         (`packed`: [ObjectRef of build_remotely's second value, or None]) where missing here."""
         import ray
 
         if packed[0] is not None:
-            restore(sandboxing.cache_folder(job), lambda: ray.get(packed[0]))
+            restore(staging.cache_folder(job), lambda: ray.get(packed[0]))
 
         def stop_when_cancelled(event: Event) -> None:
             if ray.get_runtime_context().is_canceled():  # raised in the watch: the worker dies
@@ -342,19 +342,19 @@ class Judge:
 
 def build_remotely(
     job: Job, folders: list[Path], rules: tuple[str, Policy] | None = None
-) -> tuple[Judged, Any]:
+) -> tuple[Shipped, Any]:
     """A Ray task: run the build job here, in a worker (harness.run.pool.execute), in the
     run's sandbox (`rules`: its mode and rules, RayPool.sandbox) where this host has it; its
     result and its packed build folder, (folder name, tar bytes), or None where nothing was
     built. Under 'required', a host without the sandbox builds nothing: a harness error."""
     if rules is not None:
         mode, policy = rules
-        why = sandboxing.take(mode, policy, job.settings.places.build_dir, "cpu")
+        why = staging.take(mode, policy, job.settings.places.build_dir, "cpu")
         if why and mode == "required":
-            return harness_failure(f"on {socket.gethostname()}: {why}"), None
+            return Shipped(Ended(harness_failure(f"on {socket.gethostname()}: {why}"))), None
     result = execute(job, folders, lambda event: None)
-    folder = sandboxing.cache_folder(job)
-    packed = pack(folder) if result.ok else None
+    folder = staging.cache_folder(job)
+    packed = pack(folder) if result.judged.ok else None
     return with_log(result, job), (folder.name, packed) if packed else None
 
 
@@ -437,22 +437,29 @@ def restore(folder: Path, fetch: Callable[[], Any]) -> bool:
     return True
 
 
-def with_log(result: Judged, job: Job) -> Judged:
-    """`result` with the end of the job's log, for a driver on another host."""
+@dataclasses.dataclass(frozen=True)
+class Shipped:
+    """How a job ended on a Ray host, with the end of its log, on its way back to the driver."""
+
+    ended: Ended
+    log: bytes | None = None
+
+
+def with_log(ended: Ended, job: Job) -> Shipped:
+    """`ended` with the end of the job's log, for a driver on another host."""
     try:
         with open(job.log_path, "rb") as log:
             log.seek(max(0, os.fstat(log.fileno()).st_size - LOG_MAX_BYTES))
-            return dataclasses.replace(result, ray_log=log.read())
+            return Shipped(ended, log.read())
     except OSError:
-        return result
+        return Shipped(ended)
 
 
-def landed(result: Judged, job: Job) -> Judged:
-    """The result as it came back, its log written where this host lacks it."""
-    text, result = result.ray_log, dataclasses.replace(result, ray_log=None)
+def landed(shipped: Shipped, job: Job) -> Ended:
+    """How the job ended, as it came back, its log written where this host lacks it."""
     log = Path(job.log_path)
-    if text is not None and not log.exists():
+    if shipped.log is not None and not log.exists():
         with contextlib.suppress(OSError):  # an unwritable log folder stops the run elsewhere
             log.parent.mkdir(parents=True, exist_ok=True)
-            log.write_bytes(text)
-    return result
+            log.write_bytes(shipped.log)
+    return shipped.ended

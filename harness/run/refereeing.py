@@ -38,7 +38,7 @@ from harness.measure import directed, referee
 from harness.measure.benchmarking import host_bound, per_call_rule
 from harness.measure.timing import sample
 from harness.record import BenchRow
-from harness.run import rounds, sandboxing
+from harness.run import rounds, staging
 from harness.run.rounds import (
     REFEREE_START_S,
     Broken,
@@ -108,7 +108,7 @@ class Judge:
         process = context.Process(target=referee.main, args=args, daemon=True)
         mask = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
         try:
-            with sandboxing.spawning():
+            with staging.spawning():
                 process.start()
             self.process = process
         except OSError as err:  # no process to be had: the harness's failure

@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Protocol, TextIO, TypeVar
 from tqdm import tqdm
 
 from harness import verdicts
-from harness.job import Judged, OnEvent
+from harness.job import Ended, Judged, OnEvent
 from harness.results import report
 from harness.run.progress import QUIET_S, Progress, built_line
 from harness.stats import geomean
@@ -33,8 +33,8 @@ class Unit(Protocol):
 
     index: int
     total: int
-    built: Judged | None
-    result: Judged | None
+    built: Ended | None
+    result: Ended | None
 
     @property
     def label(self) -> str: ...
@@ -135,7 +135,7 @@ class SerialReport(Report):
 
     def judging(self, unit: Unit, slot: str) -> OnEvent:
         self.progress.start(unit.index, unit.total, unit.label)
-        built = (unit.built.builds if unit.built else None) or ()
+        built = (unit.built.judged.builds if unit.built else None) or ()
         self.progress.built_here = {b.name for b in built if not b.cached}
         return self.progress.event
 

@@ -33,7 +33,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
 from harness import codec, record, toolchain, verdicts
-from harness.job import Event, Job, Judged, OnEvent, failure
+from harness.job import Ended, Event, Job, Judged, OnEvent, failure
 from harness.loading import Problem
 from harness.record import RunRecord
 from harness.results.baselines import Baseline
@@ -58,14 +58,14 @@ class Slot(Protocol):
         folders: list[Path],
         on_event: OnEvent,
         more: int = 1,
-    ) -> Judged: ...
+    ) -> Ended: ...
 
 
 class Pool(Protocol):
     slots: list[Any]
     holds_builds: bool  # builds are stopped while a slot times (harness.run.isolate)
 
-    def build(self, job: Job, folders: list[Path], on_event: OnEvent) -> Future[Judged]: ...
+    def build(self, job: Job, folders: list[Path], on_event: OnEvent) -> Future[Ended]: ...
 
     def built(self, job: Job) -> bool: ...
 
@@ -83,8 +83,8 @@ class Unit:
     index: int  # within its problem, from 1
     total: int  # its problem's solutions
     job: Job
-    result: Judged | None = None  # reached without a judge: a shortcut or the build's
-    built: Judged | None = None  # the build job's result
+    result: Ended | None = None  # reached without a judge: a shortcut or the build's
+    built: Ended | None = None  # how the build job ended
     ran: RunRecord | None = None
     ready: threading.Event = field(default_factory=threading.Event)
 
@@ -134,7 +134,7 @@ class Scheduler:
         """Judge every solution of `work`; how each problem ended (`Judging`)."""
         earlier = Earlier(self.session) if self.again else None
         skipped: dict[tuple[str, Path], RunRecord] = {}
-        builds: list[Future[Judged]] = []
+        builds: list[Future[Ended]] = []
         for source, solutions in work:
             for index, solution in enumerate(solutions, start=1):
                 content = toolchain.source_hash(solution)
@@ -151,11 +151,11 @@ class Scheduler:
             self._close()
         return self._outcome(work, skipped)
 
-    def build(self, work: Work) -> list[tuple[Unit, Judged | None]]:
+    def build(self, work: Work) -> list[tuple[Unit, Ended]]:
         """--build-only: every solution's build job, as many at once as the pool allows, and
         nothing else (no judge, no record); each unit with its build's result."""
         self.building_only = True  # a cached build is loaded, to say it is there
-        builds: list[Future[Judged]] = []
+        builds: list[Future[Ended]] = []
         for source, solutions in work:
             for index, solution in enumerate(solutions, start=1):
                 content = toolchain.source_hash(solution)
@@ -165,12 +165,12 @@ class Scheduler:
             self._wait(lambda: all(f.done() for f in builds))
         finally:
             self._close()
-        nothing = Judged(verdicts.OK, "nothing to build")
+        nothing = Ended(Judged(verdicts.OK, "nothing to build"))
         return [(u, u.built or u.result or nothing) for u in self.units]
 
     def _queue(
         self, source: ProblemSource, solution: Path, place: tuple[int, int], content: str
-    ) -> list[Future[Judged]]:
+    ) -> list[Future[Ended]]:
         """Make `solution`'s unit (`place`: its index among the problem's solutions, and their
         number) and start its build (`_start`)."""
         index, total = place
@@ -179,10 +179,11 @@ class Scheduler:
         self.units.append(unit)
         return self._start(unit)
 
-    def _start(self, unit: Unit) -> list[Future[Judged]]:
+    def _start(self, unit: Unit) -> list[Future[Ended]]:
         """Queue `unit`'s build, or the unit itself where it needs no worker."""
         self.left[unit.source.name] = self.left.get(unit.source.name, 0) + 1
-        unit.result = self.session.shortcut(unit.solution, unit.job.content_hash)
+        shortcut = self.session.shortcut(unit.solution, unit.job.content_hash)
+        unit.result = Ended(shortcut) if shortcut is not None else None
         cached = not self.building_only and self.pool.built(unit.job)
         refused = self.preparing.refuse_early(unit.source)  # its problem first: no build wasted
         if unit.result is not None or cached or refused or not builds_at_import(unit.solution):
@@ -194,7 +195,7 @@ class Scheduler:
         future.add_done_callback(lambda done: self._built(unit, done))
         return [future]
 
-    def _built(self, unit: Unit, future: Future[Judged]) -> None:
+    def _built(self, unit: Unit, future: Future[Ended]) -> None:
         error = None if future.cancelled() else future.exception()
         if future.cancelled() or error is not None:
             if error is not None and not isinstance(error, Stopped):
@@ -202,9 +203,9 @@ class Scheduler:
             return
         try:  # a failure here would die in the future's callback, and the run would wait on
             unit.built = future.result()
-            if self._final(unit.built):
+            if self._final(unit.built.judged):
                 unit.result = unit.built
-            self.report.built(unit, unit.built)
+            self.report.built(unit, unit.built.judged)
         except BaseException as err:  # handed to the run, which stops
             self._fail(err)
             return
@@ -243,7 +244,7 @@ class Scheduler:
             return True
         return self.session.device.type == "cpu"
 
-    def _judge_all(self, work: Work, builds: list[Future[Judged]]) -> None:
+    def _judge_all(self, work: Work, builds: list[Future[Ended]]) -> None:
         self.preparing.order = [source for source, _ in work]  # each prepared when judged
         if work:
             self.session.ceiling(work[0][0], self._first_slot(work[0][0]))
@@ -304,7 +305,7 @@ class Scheduler:
                     self._count_done(unit)
                 self.report.dropped(unit)
                 return
-            result = failure(verdicts.PROBLEM_ERROR, f"not judged: {prepared}")
+            result = Ended(failure(verdicts.PROBLEM_ERROR, f"not judged: {prepared}"))
         else:
             problem, cases = prepared
         if result is None:
@@ -313,9 +314,9 @@ class Scheduler:
             on_event = self.report.judging(unit, slot.name)
             self.wait.mark("judging")
             more = len(self.units) - self.handed  # units no slot has taken yet
-            judged = slot.run(unit.job, unit.folders, self._watching(on_event), more)
-            result = harness_checked(judged, unit.job)
-            result = _with_builds(result, unit.built)
+            ended = slot.run(unit.job, unit.folders, self._watching(on_event), more)
+            judged = _with_builds(harness_checked(ended.judged, unit.job), unit.built)
+            result = replace(ended, judged=judged)
         ran = self.session.record_for(unit.source, unit.job, result, cases, compiled)
         with self.lock:
             self.session.keep(ran)
@@ -345,11 +346,11 @@ class Scheduler:
                 self.compiled[name] = self.session.compile_baselines(unit.source, problem, run_job)
         return self.compiled[name]
 
-    def _first_slot(self, source: ProblemSource) -> Callable[[Job], Judged]:
+    def _first_slot(self, source: ProblemSource) -> Callable[[Job], Ended]:
         """Runs a job of `source`'s reference on the first slot (before any slot serves)."""
         return self._runner(self.pool.slots[0], [source.reference.parent])
 
-    def _runner(self, slot: Slot, folders: list[Path]) -> Callable[[Job], Judged]:
+    def _runner(self, slot: Slot, folders: list[Path]) -> Callable[[Job], Ended]:
         """Runs a job of the run's own (no solution's) on `slot`, its events unshown."""
         watch = self._watching(lambda e: None)
         return lambda job: self.wait.timed(lambda: slot.run(job, folders, watch))
@@ -398,10 +399,10 @@ class Judging:
     refused: UserError | None = None
 
 
-def _with_builds(result: Judged, built: Judged | None) -> Judged:
+def _with_builds(result: Judged, built: Ended | None) -> Judged:
     """The judge's result, with the builds its build job compiled (the judge found them)."""
-    if built and any(not b.cached for b in built.builds or ()):
-        return replace(result, builds=built.builds, build_s=built.build_s)
+    if built and any(not b.cached for b in built.judged.builds or ()):
+        return replace(result, builds=built.judged.builds, build_s=built.judged.build_s)
     return result
 
 

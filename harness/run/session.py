@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from harness import codec, record, toolchain, verdicts
-from harness.job import Job, Judged, failure
+from harness.job import Ended, Job, Judged, failure
 from harness.loading import Problem, load_problem
 from harness.measure import hardware
 from harness.measure.worker import cuda_not_asked
@@ -121,7 +121,7 @@ class Session:
         where it failed, a UserError for the audit (the problem is refused), else a
         HarnessError."""
         job = self._reference_job(source, task)
-        result = harness_checked(run_job(job), job)
+        result = harness_checked(run_job(job).judged, job)
         if not result.ok:  # the audit's failure is the problem's, else ours
             error = UserError if task == "audit" else HarnessError
             raise error(
@@ -228,12 +228,14 @@ class Session:
         self,
         source: ProblemSource,
         job: Job,
-        result: Judged,
+        ended: Ended,
         cases: int,
         compiled: list[Baseline],
     ) -> RunRecord:
-        """The record of a judged job, each benchmark row with its torch.compile baseline from
+        """The record of a judged job, made from how it ended: the result's own fields
+        (CARRIED) as they are, each benchmark row with its torch.compile baseline from
         `compiled` where one matches, and the machine (with its load) where the job ran."""
+        result = ended.judged
         solution, log_path = Path(job.solution), Path(job.log_path)
         measured = list(result.benchmarks)
         witnessed: list[str] = []
@@ -247,8 +249,8 @@ class Session:
                 row if found else _noted(row, untimed.get(row.name, untimed.get("")))
                 for row, (found, _) in zip(measured, versus, strict=True)
             ]
-        where = result.machine or machine.loaded(self.machine, self.device)
         return RunRecord(
+            **{name: getattr(result, name) for name in CARRIED},
             run_id=self.run_id,
             time=_now(),
             problem=source.name,
@@ -259,33 +261,21 @@ class Session:
             log=_shown(log_path) if log_path.exists() else None,
             cases=cases,
             settings=job.settings,
-            machine=where,
-            status=result.status,
-            detail=result.detail,
-            checks=result.checks,
+            machine=ended.machine or machine.loaded(self.machine, self.device),
             benchmarks=tuple(
                 replace(row, compile=baseline, vs_compile=speedup)
                 for row, (baseline, speedup) in zip(measured, versus, strict=True)
             ),
             warnings=(*discovery.scan(solution), *result.warnings, *witnessed),
             ceiling=self._ceiling,
-            device=result.device,
-            reason=result.reason,
-            builds=result.builds,
-            build_s=result.build_s,
-            own_share=result.own_share,
-            reference_share=result.reference_share,
             reference_hash=self.reference_hash(source),
-            phase_s=result.phase_s,
-            parts_s=result.parts_s,
+            phase_s=ended.phase_s,
             weaknesses=self.weaknesses.get(source.name, ()),
         )
 
-    def announce(
-        self, ran: RunRecord, source: ProblemSource, solution: Path, result: Judged
-    ) -> str:
+    def announce(self, ran: RunRecord, source: ProblemSource, solution: Path, ended: Ended) -> str:
         """The replay command for a failed solution, or ''."""
-        replayed = replay.command(ran, source, solution, result.phase, result.case, self.recording)
+        replayed = replay.command(ran, source, solution, ended.phase, ended.case, self.recording)
         return replayed or ""
 
     def _witness(
@@ -345,7 +335,7 @@ class Session:
             return found
         self.progress.note(f"{source.name}: timing the torch.compile baseline")
         job = self._reference_job(source, "compile_baseline", "compile")
-        result = harness_checked(run_job(job), job)
+        result = harness_checked(run_job(job).judged, job)
         verdict = f"{result.status}: {result.detail}" if result.detail else str(result.status)
         self.progress.note(f"{source.name}: torch.compile baseline: {verdict}")
         if not result.ok:
@@ -385,6 +375,19 @@ def harness_checked(result: Judged, job: Job) -> Judged:
     )
 
 
+# The fields a run's record takes from the job's result as they are (RunRecord's of the same name)
+CARRIED = (
+    "status",
+    "detail",
+    "checks",
+    "device",
+    "reason",
+    "builds",
+    "build_s",
+    "own_share",
+    "reference_share",
+    "parts_s",
+)
 NOTE_CHARS = 180  # of a failed compile baseline's verdict, in the note of each row it leaves blank
 
 

@@ -1,37 +1,32 @@
-"""A sandbox for the workers that build and judge solutions (`--sandbox auto|required|off`).
+"""The parent's side of the sandbox (`--sandbox auto|required|off`); harness.sandbox is the
+inside: the launcher each worker is started through, and the worker's audit hook.
 
-Each worker is started through harness/sandbox.py (the launcher), which gives it a network namespace
-of its own, Landlock rules (the run's results, logs, build cache and the other solutions
-unreadable; only its scratch folder and the device nodes writable; no ptrace or signal out of
-it) and limits on memory, processes and open files, then execs the interpreter. The harness
-copies into the scratch folder what the job may see and takes out what it made
-(`stage`, `publish`); an audit hook in the worker names the rule an attempt met
-(the audit hook of harness.sandbox). `missing` says what this machine lacks.
+Workers start through the launcher (`Sandbox.start`), which gives each a network namespace of its
+own, Landlock rules (the run's results, logs, build cache and the other solutions unreadable;
+only its scratch folder and the device nodes writable; no ptrace or signal out of it) and limits
+on memory, processes and open files, then execs the interpreter. `missing` says what this
+machine lacks for it.
 
-Find, and remove, the modules a solution planted where later processes import from.
+Staging. Each worker gets a scratch folder of its own: before its job the harness copies in what
+the job may see (its solution with the files beside it, its build from the cache: `stage`), and
+afterwards takes out what the job made (its log, a new build: `finish`, `publish`) and reads
+which rules it met. The build cache stays the harness's: a worker builds in its scratch folder,
+and only the harness writes a cache folder, the solution's own (named by its content and
+toolchain), with a manifest of its modules' SHA-256; a cached build is copied in only if every
+module in it still matches the manifest (`intact`), so nothing another worker wrote there is ever
+loaded.
 
-A solution runs with the user's permissions: it can write a `torch.py` into the working directory
-or a `numpy.py` beside itself. Every later process that imports from there (the next worker, the
-next run.py) would run that file instead of the real module, before the harness records the
-clocks it must trust. So before each job the parent lists the importable entries of every folder
-on the import path (its own sys.path, the working directory, the problem's and the solution's
-folders), and after it, however the job ended, each new entry that shadows a module found
+Planted modules, sandbox or not. A solution runs with the user's permissions: it can write a
+`torch.py` into the working directory or a `numpy.py` beside itself, and every later process
+that imports from there (the next worker, the next run.py) would run that file instead of the
+real module. So before each job the parent lists the importable entries of every folder on the
+import path (its own sys.path, the working directory, the problem's and the solution's folders:
+`ImportPath`), and after it, however the job ended, each new entry that shadows a module found
 elsewhere on the path or in the standard library, and each new start-up hook (a `.pth` file,
-`sitecustomize`, `usercustomize`), is removed, and the job is rejected ("planted_module").
-
-Not seen: files changed in place (an installed package edited), and new modules that shadow
-nothing (a package installed under a new name stays installed; a solution's own new helper files
-stay where it put them).
-
-The harness's side of a sandboxed job: each worker gets a scratch folder of its own; before
-its job the harness copies in what the job may see (its solution with the files beside it,
-its build from the cache), and afterwards takes out what the job made (its log, a new build)
-and reads which rules it met.
-
-The build cache stays the harness's: a worker builds in its scratch folder, and only the
-harness writes a cache folder, the solution's own (named by its content and toolchain), with a
-manifest of its modules' SHA-256; a cached build is copied in only if every module in it still
-matches the manifest, so nothing another worker wrote there is ever loaded.
+`sitecustomize`, `usercustomize`), is removed, and the job is rejected ("planted_module"). Not
+seen: files changed in place (an installed package edited), and new modules that shadow nothing
+(a package installed under a new name stays installed; a solution's own new helper files stay
+where it put them).
 """
 
 from __future__ import annotations
