@@ -168,7 +168,7 @@ class RayPool:
         """One actor per GPU of the cluster (one on the CPU without any), once each started;
         a cluster of several GPU models is refused (one results folder, one build target)."""
         gpus = int(self.ray.cluster_resources().get("GPU", 0))
-        judge = self.ray.remote(max_restarts=0, max_task_retries=0)(Judge)
+        judge = self.ray.remote(max_restarts=0, max_task_retries=0)(JudgeActor)
         wants = {"num_gpus": 1, "num_cpus": 1} if gpus else {"num_cpus": 1}
         actors = [judge.options(**wants).remote() for _ in range(max(gpus, 1))]
         described = [actor.describe.remote() for actor in actors]
@@ -293,13 +293,13 @@ class RaySlot:
             result = ray.get(call)
         except ray.exceptions.RayError as err:
             raise HarnessError(f"Ray judge {self.name} failed: {_first_line(err)}") from None
-        except BaseException:  # stopped: the actor stops its worker (Judge.run)
+        except BaseException:  # stopped: the actor stops its worker (JudgeActor.run)
             ray.cancel(call)
             raise
         return landed(result, job)
 
 
-class Judge:
+class JudgeActor:
     """A judging actor (made remote by RayPool): a local slot on its GPU, which Ray chose and
     made the only one it sees, else on the CPU."""
 
