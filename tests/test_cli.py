@@ -316,11 +316,11 @@ def test_a_results_dir_the_run_creates_is_named_with_the_first_folder_that_was_m
     args += ["--trials", "1", "--device", "cpu", "--results-dir", str(results)]
     args += ["--log-dir", str(tmp_path / "logs")]
     assert run.main(args) == run.EXIT_OK
-    out = capsys.readouterr().out
+    err = capsys.readouterr().err  # a note, beside the progress lines
     said = f"note: created --results-dir {results} ({tmp_path / 'typo'}, and the folders in it,"
-    assert said in out and f"note: created --log-dir {tmp_path / 'logs'} (it did not" in out
+    assert said in err and f"note: created --log-dir {tmp_path / 'logs'} (it did not" in err
     assert run.main(args) == run.EXIT_OK  # there now: nothing to say
-    assert "note: created" not in capsys.readouterr().out
+    assert "note: created" not in capsys.readouterr().err
 
 
 def test_tables_made_by_an_older_harness_are_named_in_one_line(tmp_path: Path) -> None:

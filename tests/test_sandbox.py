@@ -241,8 +241,9 @@ def test_auto_stays_off_where_cuda_does_not_start_inside_it(tmp_path: Path, caps
     # would if the sandbox kept CUDA from starting: `auto` runs without it, `required` refuses.
     places = Places(tmp_path / "r", tmp_path / "builds", tmp_path / "l")
     settings = Settings(device="cuda:0", places=places)
-    assert sandbox.begin(settings, []) is None
-    assert "sandbox: off, CUDA does not start inside it here" in capsys.readouterr().out
+    said = sandbox.begin(settings, [])
+    assert sandbox.active is None and said is not None
+    assert said.startswith("sandbox: off, CUDA does not start inside it here")
     with pytest.raises(UserError, match="CUDA does not start inside it"):
         sandbox.begin(replace(settings, limits=Limits(sandbox="required")), [])
     assert sandbox.active is None

@@ -98,6 +98,7 @@ def start(args: argparse.Namespace, work: Work, resolve: Any, recording: bool) -
     sandbox begun (it ends with the pool)."""
     from harness.run import pool as local
     from harness.run import staging
+    from harness.run.progress import Progress
     from harness.run.session import Session
 
     if args.ray:
@@ -105,15 +106,20 @@ def start(args: argparse.Namespace, work: Work, resolve: Any, recording: bool) -
 
         pool: Any = raypool.connect(args.ray, args.build_jobs)  # None: as the cluster's CPUs allow
         settings = resolve(args, pool.device, pool.capability)
-        session = Session(settings, recording=recording, described=pool.described())
-        pool.sandbox(settings, work)  # on every judge; each build task's too
+        progress = Progress()
+        progress.note(pool.shown)  # the cluster first
+        session = Session(settings, progress, recording=recording, described=pool.described())
+        for line in pool.sandbox(settings, work):  # on every judge; each build task's too
+            progress.note(line)
         return session, pool
     settings = resolve(args, None, None)
     session = Session(settings, recording=recording)  # its folders checked first
     pool = local.LocalPool(
         local.gpu_devices(args.gpus, settings.device), local.build_jobs(args.build_jobs)
     )
-    staging.begin(settings, work)  # ended with the pool
+    off = staging.begin(settings, work)  # ended with the pool
+    if off:
+        session.progress.note(off)
     return session, pool
 
 

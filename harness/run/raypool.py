@@ -162,7 +162,7 @@ class RayPool:
         gpu = self.slots[0].machine.capability
         self.capability = tuple(int(p) for p in gpu.split(".")) if gpu else None
         slots, hosts = len(self.slots), len({slot.machine.host for slot in self.slots})
-        print(f"ray: {slots} judge(s) on {hosts} host(s), on {self.device}", file=sys.stderr)
+        self.shown = f"ray: {slots} judge(s) on {hosts} host(s), on {self.device}"
 
     def _start_judges(self) -> list[RaySlot]:
         """One actor per GPU of the cluster (one on the CPU without any), once each started;
@@ -182,13 +182,13 @@ class RayPool:
             raise UserError(f"--ray: {mixed if machines else late + ' (GPUs held elsewhere?)'}")
         return [RaySlot(self, a, m) for a, m in zip(actors, machines, strict=True)]
 
-    def sandbox(self, settings: Any, work: list[tuple[Any, list[Path]]]) -> None:
+    def sandbox(self, settings: Any, work: list[tuple[Any, list[Path]]]) -> list[str]:
         """Give every judge, and the builds to come, the run's sandbox (`settings`' mode, rules
-        made from `work` here); a judge whose host cannot have it says why in one line, and
+        made from `work` here); a line for each judge whose host cannot have it, saying why;
         under 'required' the run stops there (UserError)."""
         mode = settings.limits.sandbox
         if mode == "off":
-            return
+            return []
         rules = staging.policy(settings, work)
         self.rules = (mode, rules)
         folder = Path(settings.places.build_dir).absolute()
@@ -199,11 +199,13 @@ class RayPool:
             raise HarnessError(
                 f"a Ray judge could not make the sandbox: {_first_line(err)}"
             ) from None
+        said = []
         for slot, why in zip(self.slots, answers, strict=True):
             if why and mode == "required":
                 raise UserError(f"on {slot.name}: {why}")
             if why:
-                print(f"sandbox: off on {slot.name}, {why} (--sandbox off hides this)")
+                said.append(f"sandbox: off on {slot.name}, {why} (--sandbox off hides this)")
+        return said
 
     def described(self) -> Machine:
         """The machine of the first slot (every slot's GPU is of the same model)."""

@@ -93,7 +93,7 @@ class Session:
             named = given != getattr(Places(), flag[2:].replace("-", "_"))
             if missing is not None and named:  # the user's folder: say that it is new
                 new = "it" if missing == given else f"{typed(missing)}, and the folders in it,"
-                print(f"note: created {flag} {typed(given)} ({new} did not exist)")
+                self.progress.note(f"note: created {flag} {typed(given)} ({new} did not exist)")
 
     def ceiling(self, source: ProblemSource, run_job: RunJob) -> Ceiling | None:
         """The GPU's copy bandwidth, from the folder's cache or measured now in a worker by

@@ -177,20 +177,17 @@ active: Sandbox | None = None  # the process's: made by begin or take, ended wit
 _taken: dict[tuple[str, Policy, str, str], str | None] = {}  # take's answers, in this process
 
 
-def begin(settings: Any, work: list[tuple[Any, list[Path]]]) -> Sandbox | None:
-    """The run's sandbox on this host, as `settings.limits.sandbox` asks and this machine
-    allows (made the active one); None when off, saying why in one line unless 'off' was
-    asked. Raises UserError when 'required' and something is missing."""
+def begin(settings: Any, work: list[tuple[Any, list[Path]]]) -> str | None:
+    """Make the run's sandbox on this host the active one, as `settings.limits.sandbox` asks
+    and this machine allows; the line that says why it is off, or None (also when 'off' was
+    asked). Raises UserError when 'required' and something is missing."""
     global active
     mode = settings.limits.sandbox
     if mode == "off":
         return None
     places = settings.places
-    box, why = opened(mode, policy(settings, work), places.build_dir, settings.device)
-    if why:
-        print(f"sandbox: off, {why} (--sandbox off hides this)")
-    active = box
-    return active
+    active, why = opened(mode, policy(settings, work), places.build_dir, settings.device)
+    return f"sandbox: off, {why} (--sandbox off hides this)" if why else None
 
 
 def policy(settings: Any, work: list[tuple[Any, list[Path]]]) -> Policy:
