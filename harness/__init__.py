@@ -72,8 +72,9 @@ results/   reads recorded files only (no GPU, no worker): what people read
     report     a problem's tables (markdown and CSV): their columns, each row's flags, which
                record of each solution a table shows
     sol        a row's speed of light: T_SOL, the share of it reached, the SOL score
-    summary    the summary across problems (scores, best per problem, fast_p); the compact
-               table a run prints; a problem's speedups drawn as an SVG (with matplotlib)
+    summary    the summary across problems (scores, best per problem, fast_p)
+    console    the compact table a run prints when it ends, its long notes as footnotes
+    chart      a problem's speedups drawn as an SVG (with matplotlib), deterministic bytes
     comparison compare two recorded runs, shape by shape: time and speedup ratios, verdicts
     load       the machine's load a run was timed under, and when a row is flagged for it
     baselines  the torch.compile baseline cache, per GPU and torch version

@@ -12,7 +12,7 @@ import pytest
 
 from harness import codec, record
 from harness.record import BenchRow, Measurement, RunRecord
-from harness.results import rendering, report, summary
+from harness.results import console, rendering, report
 from tests import records_factory as make
 
 INPUTS = ("float32[512,1024]", "int64[512,1024]")
@@ -220,9 +220,9 @@ def test_the_console_table_gives_every_note_in_full_within_its_width() -> None:
     long = "case 'beta=0.5', seed 1234: 17 of 4096 elements differ; max abs err 0.25 at (3, 7)"
     failed = make.record("p", "wrong", status="incorrect", detail=long)
     good = make.record("p", "good", [make.bench(10.0, 20.0)])
-    text = summary.compact("p", [good, failed], None)
+    text = console.compact("p", [good, failed], None)
     lines = text.splitlines()
-    assert max(len(line) for line in lines) <= summary.WIDTH
+    assert max(len(line) for line in lines) <= console.WIDTH
     assert lines[-1] == f"[1] {long}"  # below the table, whole
     assert next(line for line in lines if line.startswith("wrong")).rstrip().endswith("[1]")
     assert "..." not in text

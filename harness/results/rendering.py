@@ -11,7 +11,7 @@ from pathlib import Path
 
 from harness import codec, record
 from harness.record import RunRecord
-from harness.results import page, report, summary
+from harness.results import chart, page, report, summary
 
 
 def render_problem(folder: Path, problem: str) -> list[Path]:
@@ -51,9 +51,9 @@ def _problem(folder: Path, problem: str, records: list[RunRecord]) -> list[Path]
         for suffix in (".md", ".csv", ".svg"):
             (folder / f"{problem}{suffix}").unlink(missing_ok=True)
         return []
-    chart = summary.write_chart(folder, problem, records)
-    markdown, table = report.write_tables(folder, problem, records, chart.name if chart else None)
-    return [markdown, table, *([chart] if chart else [])]
+    drawn = chart.write_chart(folder, problem, records)
+    markdown, table = report.write_tables(folder, problem, records, drawn.name if drawn else None)
+    return [markdown, table, *([drawn] if drawn else [])]
 
 
 def _summary_and_page(folder: Path, records: list[RunRecord]) -> tuple[Path, Path]:

@@ -7,35 +7,18 @@ and scores above p. A problem where nothing is `ok` still counts in fast_p's den
 
 On a GPU machine, a C++ solution timed on the CPU (against the reference on the CPU) is shown
 but never chosen as a problem's best: its speedup does not compare with the GPU's.
-
-What a run prints when it ends: a compact table per problem that fits WIDTH columns, with the
-path of the full table (harness.results.report writes that one, 200 and more columns wide).
-
-One line per (solution, shape) of this run's records: status, time, eager's time and the
-speedup with its interval, and its notes: a failed solution's detail, a shape's flags. A note
-too long for the line is given in full below the table, as a numbered footnote: nothing is cut.
-
-Draw a problem's speedups as an SVG chart beside its tables, from the records alone.
-
-One horizontal bar per (solution, shape) of the latest ok record of each solution, drawn from
-1x to the speedup over eager PyTorch on a log axis, with the 95% interval as an error bar.
-The SVG is deterministic (no date, fixed id salt, text kept as text), so an unchanged chart
-rewrites to the same bytes and diffs stay quiet. matplotlib is optional: without it, no chart.
 """
 
 from __future__ import annotations
 
-import io
 import math
-import textwrap
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 from tabulate import tabulate
 
 from harness import codec, verdicts
-from harness.record import LOG_NAME, BenchRow, Machine, RunRecord
+from harness.record import LOG_NAME, Machine, RunRecord
 from harness.results import baselines, report, sol
 from harness.stats import geomean
 
@@ -327,152 +310,3 @@ def _share(fraction: float, total: int) -> str:
     if math.isnan(fraction):
         return ""
     return f"{fraction:.2f} ({round(fraction * total)} of {total})"
-
-
-WIDTH = 100
-HEADERS = ["solution", "shape", "status", "time (us)", "eager (us)", "speedup [95% CI]", "notes"]
-
-
-def compact(problem: str, records: list[RunRecord], table: Path | None) -> str:
-    """`records` (one run's, of `problem`) as a table within WIDTH columns, then where the full
-    table is (none where the run records nothing)."""
-    lines = [line for record in records for line in _lines(record)]
-    without_notes = tabulate(
-        [line[:-1] for line in lines],
-        headers=HEADERS[:-1],
-        tablefmt="simple",
-        disable_numparse=True,
-    )
-    widest = max(len(row) for row in without_notes.splitlines())
-    room = max(WIDTH - widest - 2, len(HEADERS[-1]))
-    footnotes: list[str] = []
-    for line in lines:
-        if len(line[-1]) > room:
-            footnotes.append(f"[{len(footnotes) + 1}] {line[-1]}")
-            line[-1] = f"[{len(footnotes)}]"
-    fitted = tabulate(lines, headers=HEADERS, tablefmt="simple", disable_numparse=True).splitlines()
-    fitted += [textwrap.fill(note, WIDTH, subsequent_indent="    ") for note in footnotes]
-    where = f"\nfull table: {table}" if table else ""
-    return f"{problem}:\n" + "\n".join(fitted) + where
-
-
-def _lines(record: RunRecord) -> list[list[str]]:
-    """A line per timed shape, or one line with the detail where nothing was timed."""
-    if not record.benchmarks:
-        return [[record.solution, "-", record.status, "", "", "", record.detail]]
-    return [_timed(record, bench) for bench in record.benchmarks]
-
-
-def _timed(record: RunRecord, bench: BenchRow) -> list[str]:
-    row = report.bench_row(record, bench)  # the full table's own cells, fewer of them
-    note = row.flags or ""
-    return [
-        record.solution,
-        report.bench_label(bench),
-        record.status,
-        report.format_us(bench.solution.median_us),
-        report.format_us(bench.reference.median_us),
-        report._ratio_cell(vars(row), "speedup"),
-        note if record.status == verdicts.OK else record.detail,
-    ]
-
-
-HASH_SALT = "kernel-bench"  # fixes the ids matplotlib puts in the SVG
-BAR_HEIGHT_IN = 0.32  # figure inches per bar
-MARGIN_IN = 1.4  # figure inches for title and axis
-
-
-@dataclass(frozen=True)
-class Bar:
-    """One bar of a chart: a solution's speedup on one shape, with its 95% interval."""
-
-    label: str
-    shape: str
-    value: float
-    low: float
-    high: float
-
-
-def chart_bars(problem_records: list[RunRecord]) -> list[Bar]:
-    """One bar per (solution, shape) of the ok records."""
-    bars = []
-    for record in problem_records:
-        if record.status != verdicts.OK:
-            continue
-        mark = CPU_MARK if ran_on_cpu_beside_gpu(record) else ""
-        for bench in record.benchmarks:
-            speedup = report.bench_speedup(bench)
-            shape = report.bench_label(bench)
-            bars.append(
-                Bar(
-                    label=f"{record.solution}{mark}  {shape}",
-                    shape=shape,
-                    value=speedup.value,
-                    low=min(speedup.low, speedup.value),
-                    high=max(speedup.high, speedup.value),
-                )
-            )
-    return bars
-
-
-def render_svg(problem: str, gpu: str, bars: list[Bar]) -> str:
-    """The chart as SVG text; raises ImportError without matplotlib."""
-    import matplotlib
-    from matplotlib.backends.backend_agg import FigureCanvasAgg
-    from matplotlib.figure import Figure
-
-    with matplotlib.rc_context({"svg.hashsalt": HASH_SALT, "svg.fonttype": "none"}):
-        figure = Figure(figsize=(8, MARGIN_IN + BAR_HEIGHT_IN * len(bars)))
-        FigureCanvasAgg(figure)
-        _draw(figure.add_subplot(), problem, gpu, bars)
-        figure.tight_layout()
-        buffer = io.StringIO()
-        figure.savefig(buffer, format="svg", metadata={"Date": None})
-    return buffer.getvalue()
-
-
-def _draw(axes: Any, problem: str, gpu: str, bars: list[Bar]) -> None:
-    """Bars from 1x to each speedup (first at the top), interval whiskers, a line at 1x."""
-    shapes = list(dict.fromkeys(bar.shape for bar in bars))
-    colours = [f"C{shapes.index(bar.shape) % 10}" for bar in bars]
-    ys = list(range(len(bars)))
-    values = [bar.value for bar in bars]
-    errors = [[bar.value - bar.low for bar in bars], [bar.high - bar.value for bar in bars]]
-    axes.barh(ys, [v - 1 for v in values], left=1, color=colours, height=0.7)
-    axes.errorbar(values, ys, xerr=errors, fmt="none", ecolor="black", capsize=3, linewidth=1)
-    for y, value in zip(ys, values, strict=True):
-        axes.annotate(
-            f"{value:.2f}x", (value, y), xytext=(4, 4), textcoords="offset points", fontsize=8
-        )
-    axes.axvline(1, color="black", linewidth=1)
-    axes.set_xscale("log")
-    axes.xaxis.set_major_formatter(lambda value, _: f"{value:g}x")
-    lows, highs = [bar.low for bar in bars], [bar.high for bar in bars]
-    axes.set_xlim(min(*lows, 1) / 1.5, max(*highs, 1) * 1.5)
-    axes.set_yticks(ys, [bar.label for bar in bars])
-    axes.invert_yaxis()
-    axes.set_xlabel("speedup over eager PyTorch (log scale; whiskers: 95% interval)")
-    axes.set_title(f"{problem} on {gpu}")
-    axes.grid(axis="x", which="both", alpha=0.3)
-
-
-def write_chart(folder: Path, problem: str, records: list[RunRecord]) -> Path | None:
-    """Re-draw `<problem>.svg` in `folder` from `records` (its run log, as harness.record.read
-    gives it); returns its path. The caller holds the folder's lock (`render_problem`).
-
-    None, writing nothing, when matplotlib is missing or no solution of `problem` is ok (then
-    a chart drawn before, which would show solutions no longer ok or forgotten, is removed).
-    """
-    problem_records = report.latest_per_solution(records, problem)
-    bars = chart_bars(problem_records)
-    newest = report.newest(problem_records)
-    path = folder / f"{problem}.svg"
-    if not bars or newest is None:
-        path.unlink(missing_ok=True)
-        return None
-    try:
-        svg = render_svg(problem, newest.machine.gpu or "CPU", bars)
-    except ImportError:
-        return None
-    codec.write_atomic(path, svg)
-    return path

@@ -360,13 +360,13 @@ def time_split(records: list[RunRecord]) -> str:
 def show_results(session: Session, problem: str, done: list[RunRecord]) -> None:
     """This run's rows of the problem, compact (within 100 columns), and where the full table
     is; with --no-record, that nothing was written."""
-    from harness.results import summary
+    from harness.results import console
 
     if not session.recording:
-        print(summary.compact(problem, done, None))
+        print(console.compact(problem, done, None))
         print(f"not recorded (--no-record): nothing written under {session.folder.parent}\n")
         return
-    print(summary.compact(problem, done, session.folder / f"{problem}.md") + "\n")
+    print(console.compact(problem, done, session.folder / f"{problem}.md") + "\n")
 
 
 def untimed(records: list[RunRecord]) -> str:
