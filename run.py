@@ -123,6 +123,8 @@ def audit_problems(args: argparse.Namespace) -> int:
     from harness.run.session import Session
 
     session = Session(settings_for(args, None, None), recording=False)
+    for line in session.created:
+        print(line)
     run_job = lambda job: isolate.run_isolated(job, lambda event: None)  # noqa: E731
     code = EXIT_OK
     if args.problems:  # every problem file of a folder, KernelBench's levels say

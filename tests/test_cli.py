@@ -316,11 +316,11 @@ def test_a_results_dir_the_run_creates_is_named_with_the_first_folder_that_was_m
     args += ["--trials", "1", "--device", "cpu", "--results-dir", str(results)]
     args += ["--log-dir", str(tmp_path / "logs")]
     assert run.main(args) == run.EXIT_OK
-    err = capsys.readouterr().err  # a note, beside the progress lines
+    out = capsys.readouterr().out
     said = f"note: created --results-dir {results} ({tmp_path / 'typo'}, and the folders in it,"
-    assert said in err and f"note: created --log-dir {tmp_path / 'logs'} (it did not" in err
+    assert said in out and f"note: created --log-dir {tmp_path / 'logs'} (it did not" in out
     assert run.main(args) == run.EXIT_OK  # there now: nothing to say
-    assert "note: created" not in capsys.readouterr().err
+    assert "note: created" not in capsys.readouterr().out
 
 
 def test_tables_made_by_an_older_harness_are_named_in_one_line(tmp_path: Path) -> None:
@@ -375,20 +375,27 @@ def test_a_broken_problem_is_refused_before_its_solution_is_built(
     assert not builds.exists() or not any(builds.rglob("*.so"))  # nothing compiled
 
 
-def test_a_failed_compile_baseline_says_why_on_each_row_it_leaves_blank(
-    tmp_path: Path, capsys
-) -> None:
-    problem = tmp_path / "uncompilable"
+def compiled_toy(tmp_path: Path, name: str, appended: str, *more: str) -> tuple[CliRun, int]:
+    """The toy problem as `name`, its reference with `appended` added, run with --compile and
+    the good toy solution, quickly; the run and its exit status."""
+    problem = tmp_path / name
     shutil.copytree(TOY, problem)
     reference = problem / "reference.py"
-    # Inductor finds no C++ compiler: torch.compile fails, eager runs as ever
-    broken = "import torch._inductor.config\ntorch._inductor.config.cpp.cxx = ('/no/such/c++',)\n"
-    reference.write_text(reference.read_text() + broken)
+    reference.write_text(reference.read_text() + appended)
     run_it = CliRun(tmp_path, BUILDS)
-    quick = ("--max-samples", "5", "--warmup-ms", "0", "--trials", "1")
+    quick = ("--max-samples", "5", "--warmup-ms", "0", "--trials", "1", *more)
     code = run_it(
         "--problem", str(problem), "--solution", toy_solution("good"), "--compile", *quick
     )
+    return run_it, code
+
+
+def test_a_failed_compile_baseline_says_why_on_each_row_it_leaves_blank(
+    tmp_path: Path, capsys
+) -> None:
+    # Inductor finds no C++ compiler: torch.compile fails, eager runs as ever
+    broken = "import torch._inductor.config\ntorch._inductor.config.cpp.cxx = ('/no/such/c++',)\n"
+    run_it, code = compiled_toy(tmp_path, "uncompilable", broken)
     assert code == run.EXIT_OK
     assert "torch.compile baseline: runtime_error:" in capsys.readouterr().err
     rows = run_it.record("good")["benchmarks"]
@@ -403,33 +410,26 @@ def test_a_compile_baseline_too_slow_for_one_shape_leaves_that_row_blank_with_wh
     tmp_path: Path, capsys
 ) -> None:
     # As Inductor's multilabel_margin_loss on a CPU: minutes a call at 4096x8192, a second at
-    # 512x1024. Here the compiled reference (only) sleeps a second a call at 256x256: a graph
-    # break into a function torch.compile leaves alone.
-    problem = tmp_path / "slow_when_compiled"
-    shutil.copytree(TOY, problem)
-    reference = problem / "reference.py"
+    # 512x1024. Here the compiled reference (only) sleeps 4 s a call at 256x256 (a graph break
+    # into a function torch.compile leaves alone): a warm-up and 5 samples need 24 s, past
+    # --timeout 20 s, which leaves the solution's own timing room on a busy machine.
     slow = (
         "import time as _time\n\n\n"
         "@torch.compiler.disable\n"
         "def _pause(x):\n"
-        "    _time.sleep(1.0 if x.numel() > 10_000 else 0.0)\n"
+        "    _time.sleep(4.0 if x.numel() > 10_000 else 0.0)\n"
         "    return x\n\n\n"
         "class Model(Model):\n"
         "    def forward(self, x):\n"
         "        return super().forward(_pause(x) if torch.compiler.is_compiling() else x)\n"
     )
-    reference.write_text(reference.read_text() + slow)
-    run_it = CliRun(tmp_path, BUILDS)
-    quick = ("--max-samples", "5", "--warmup-ms", "0", "--trials", "1", "--timeout", "5")
-    code = run_it(
-        "--problem", str(problem), "--solution", toy_solution("good"), "--compile", *quick
-    )
+    run_it, code = compiled_toy(tmp_path, "slow_when_compiled", slow, "--timeout", "20")
     assert code == run.EXIT_OK
     err = capsys.readouterr().err
     assert "slow_when_compiled/256x256: no torch.compile baseline: a compiled call takes" in err
     rows = {r["name"]: r for r in run_it.record("good")["benchmarks"]}
     assert rows["256x256"].get("compile") is None
-    assert "past --timeout 5 s (raise it to time them)" in rows["256x256"]["note"]
+    assert "past --timeout 20 s (raise it to time them)" in rows["256x256"]["note"]
     assert rows["default"].get("compile") is not None
     assert "torch.compile" not in (rows["default"].get("note") or "")
 

@@ -98,7 +98,6 @@ def start(args: argparse.Namespace, work: Work, resolve: Any, recording: bool) -
     sandbox begun (it ends with the pool)."""
     from harness.run import pool as local
     from harness.run import staging
-    from harness.run.progress import Progress
     from harness.run.session import Session
 
     if args.ray:
@@ -106,11 +105,11 @@ def start(args: argparse.Namespace, work: Work, resolve: Any, recording: bool) -
 
         pool: Any = raypool.connect(args.ray, args.build_jobs)  # None: as the cluster's CPUs allow
         settings = resolve(args, pool.device, pool.capability)
-        progress = Progress()
-        progress.note(pool.shown)  # the cluster first
-        session = Session(settings, progress, recording=recording, described=pool.described())
-        for line in pool.sandbox(settings, work):  # on every judge; each build task's too
-            progress.note(line)
+        print(pool.shown, file=sys.stderr)  # the cluster first
+        session = Session(settings, recording=recording, described=pool.described())
+        said = pool.sandbox(settings, work)  # on every judge; each build task's too
+        for line in [*session.created, *said]:
+            print(line)
         return session, pool
     settings = resolve(args, None, None)
     session = Session(settings, recording=recording)  # its folders checked first
@@ -118,8 +117,8 @@ def start(args: argparse.Namespace, work: Work, resolve: Any, recording: bool) -
         local.gpu_devices(args.gpus, settings.device), local.build_jobs(args.build_jobs)
     )
     off = staging.begin(settings, work)  # ended with the pool
-    if off:
-        session.progress.note(off)
+    for line in [*session.created, *([off] if off else [])]:
+        print(line)
     return session, pool
 
 

@@ -58,6 +58,7 @@ class Session:
         self.weaknesses: dict[str, tuple[Finding, ...]] = {}  # by problem, from its audit
         # by problem, then by row name ("" for every row), why a row has no compile baseline
         self.uncompiled: dict[str, dict[str, str]] = {}
+        self.created: list[str] = []  # a line for each folder of the run's it had to create
         self._check_places()
         checking = settings.checking
         on = self.machine.gpu or self.device.type
@@ -93,7 +94,7 @@ class Session:
             named = given != getattr(Places(), flag[2:].replace("-", "_"))
             if missing is not None and named:  # the user's folder: say that it is new
                 new = "it" if missing == given else f"{typed(missing)}, and the folders in it,"
-                self.progress.note(f"note: created {flag} {typed(given)} ({new} did not exist)")
+                self.created.append(f"note: created {flag} {typed(given)} ({new} did not exist)")
 
     def ceiling(self, source: ProblemSource, run_job: RunJob) -> Ceiling | None:
         """The GPU's copy bandwidth, from the folder's cache or measured now in a worker by
