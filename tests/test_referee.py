@@ -8,9 +8,11 @@ parent's rule on a bare batch, and the directed rounds' pairing.
 
 from __future__ import annotations
 
+import os
 import pickle
 from dataclasses import replace
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 import torch
@@ -18,7 +20,7 @@ import torch
 from harness import verdicts
 from harness.loading import Seeds, load_problem, make_inputs
 from harness.measure import directed, referee
-from harness.run import rounds
+from harness.run import refereeing, rounds
 from harness.settings import Checking, Settings
 from harness.stats import Measurement
 from tests.conftest import FIXTURES, CliRun
@@ -197,24 +199,77 @@ def test_a_load_that_slows_the_references_batch_too_widens_the_bound() -> None:
     assert kept(5.0, (10_000, 1_000_000.0), loaded).confirmed() is not None
 
 
-def test_on_a_cpu_other_processes_load_widens_the_bound_as_far_as_it_stretches_a_batch() -> None:
-    # 4.7x its report with the reference's batch at 1x: seen with other tests on 2 cores
-    honest, forged = (881, 881 * 107.7), (10_000, 1_000_000.0)
+def on_cpu(median_us: float, bare: tuple[int, float], control: tuple[int, float]) -> str | None:
+    """`kept`'s verdict for a CPU row: the reference reported 100 us a call."""
+    sampling = kept(median_us, bare, control)
+    sampling.spec = replace(sampling.spec, device="cpu")
+    return sampling.confirmed()
 
-    def on_cpu(median_us: float, bare: tuple[int, float], others: float | None) -> str | None:
-        sampling = kept(median_us, bare)
-        sampling.spec = replace(sampling.spec, device="cpu")
-        sampling.bare_others = others
-        return sampling.confirmed()
 
-    assert on_cpu(22.72, honest, None) is not None  # a quiet machine: not its own report
-    assert on_cpu(22.72, honest, 0.5) is None  # others took half: 2x more allowed
-    why = on_cpu(5.0, forged, 0.5)  # twenty times too fast stays too fast
-    assert why is not None and "others 50% of the processors" in why
-    assert on_cpu(5.0, forged, 0.99) is not None  # the load's stretch is LOAD_STRETCH_MAX at most
-    gpu = kept(22.72, honest)
-    gpu.bare_others = 0.9  # a GPU row: its events do not stretch with the host's load
-    assert gpu.confirmed() is not None
+def test_on_a_cpu_the_bound_is_the_references_own_batch_over_its_report() -> None:
+    quiet = (100, 5_000.0)  # bare calls run warmer than timed ones: half the reported time
+    assert on_cpu(100.0, (500, 170_000.0), quiet) is None  # 3.4x its report: 3.5x is allowed
+    assert on_cpu(100.0, (500, 180_000.0), quiet) is not None
+    stretched = (100, 15_000.0)  # the reference's batch slowed by load: room up to 1x at most
+    assert on_cpu(100.0, (500, 340_000.0), stretched) is None
+    assert on_cpu(100.0, (500, 360_000.0), stretched) is not None
+    assert on_cpu(100.0, (500, 60_000.0), (100, 0.0)) is not None  # a batch read as 0 s
+
+
+def test_on_a_cpu_a_report_inflated_by_a_loaded_sampling_is_still_caught() -> None:
+    # seen with two busy processes on 2 cores: the rounds took 30 times the calls' quiet
+    # time on both sides, a report divided by twenty then looks like 1.3 times a bare call
+    loaded = (10_000, 50_000.0)  # the reference's bare calls: 1/20 of its report
+    assert on_cpu(100.0, (500, 66_000.0), loaded) is not None
+    assert on_cpu(100.0, (500, 66_000.0), (10, 500.0)) is None  # where that was no load
+    honest = (500, 2_500.0)  # the solution's bare calls as far below its report
+    assert on_cpu(100.0, honest, loaded) is None
+
+
+def scripted_judge(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, tries: list[float]
+) -> tuple[refereeing.Judge, list]:
+    """A Judge whose bare batches are scripted: each try's solution batch scores `tries[i]`
+    (its time over its bound), the reference's taking half its own report; and the tries it
+    made."""
+    job = SimpleNamespace(settings=Settings(), log_path=str(tmp_path / "job.log"))
+    judge = refereeing.Judge(job, os.getpid(), print, lambda t: None, tmp_path)
+    judge.process = SimpleNamespace(pid=os.getpid())
+    made: list = []
+
+    def bare(sides: dict, kept: rounds.Sampling) -> tuple:
+        made.append(tries[len(made)])
+        control = (100, 5_000.0)
+        bound = replace(kept, control=control).allowance() * 500 * 100.0 + rounds.BARE_SLACK_US
+        return control, (500, bound * made[-1])
+
+    monkeypatch.setattr(judge, "_bare", bare)
+    monkeypatch.setattr(rounds, "BARE_PAUSE_S", 0.0)
+    return judge, made
+
+
+def cpu_sampling() -> rounds.Sampling:
+    sampling = kept(100.0, (1, 100.0))
+    return replace(sampling, spec=replace(sampling.spec, device="cpu"))
+
+
+@pytest.mark.parametrize(
+    ("tries", "borne_out", "made"),
+    [
+        ([0.4, 9.0, 9.0], True, 1),  # well within its bound: one try decides
+        ([1.2, 0.3, 0.8], True, 3),  # over, then within twice: the middle try is within
+        ([0.8, 1.2, 1.2], False, 3),  # one try within among three is not enough
+    ],
+)
+def test_the_middle_of_three_bare_tries_decides_unless_the_first_is_clear(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, tries: list, borne_out: bool, made: int
+) -> None:
+    judge, tried = scripted_judge(tmp_path, monkeypatch, tries)
+    sampling = cpu_sampling()
+    assert judge._borne_out({}, sampling) is borne_out
+    assert len(tried) == made
+    assert (sampling.confirmed() is None) is borne_out
+    assert (tmp_path / "job.referee.log").read_text().count("parent: b forward") == made
 
 
 def test_the_slack_covers_the_messages_of_a_short_batch() -> None:

@@ -190,6 +190,20 @@ class Judge:
                 "worker", self.to_worker, self.receive_worker, None, self.worker_pid
             ),
         }
+        for _ in range(rounds.SAMPLINGS):  # a busy machine can stretch one side's rounds
+            kept, end = self._sampled_once(spec, sides)
+            if spec.timer == "per_call" or self._borne_out(sides, kept):
+                break
+        self.to_worker(end)
+        self.conn.send(end)
+        self._answer_after_serving()
+        self.samplings.append(kept)
+
+    def _sampled_once(
+        self, spec: directed.Spec, sides: dict[str, RemoteSide]
+    ) -> tuple[Sampling, directed.RoundsEnd]:
+        """One sampling of both sides by the stop rule: what the parent kept, and the end the
+        two sides are sent if it stands."""
         timer = DirectedTimer(spec.timer, sides, spec.device.startswith("cuda"))
         try:
             sampled = self._sampled(spec, sides, timer)
@@ -204,57 +218,64 @@ class Judge:
         )
         kept = Sampling(spec, end.reference, end.solution, timer.segments)
         kept.others_share = timer.others.share()
-        if spec.timer != "per_call":
-            kept.cores = rounds.cores_of(self.worker_pid)
-            for attempt in range(rounds.BARE_TRIES):  # a busy machine can slow every batch
-                if attempt:  # of one try: the next comes after a pause (unseen_work's reason)
-                    time.sleep(rounds.BARE_PAUSE_S)
-                others = rounds.OthersShare([self.worker_pid, self.process.pid])
-                kept.control, kept.bare, kept.bare_cpu_us = self._bare(sides, kept)
-                kept.bare_others = others.share()
-                if kept.confirmed() is None:
-                    break
-        self.to_worker(end)
-        self.conn.send(end)
-        self._answer_after_serving()
-        self.samplings.append(kept)
-        self._log(kept)
+        return kept, end
+
+    def _borne_out(self, sides: dict[str, RemoteSide], kept: Sampling) -> bool:
+        """Whether the parent's clock bears out the sampling's reports (`kept` then holds the
+        deciding try's batches, and the referee's log says what each try saw): a first try
+        well within its bound decides at once; else rounds.BARE_TRIES tries are made, a
+        pause before each (a busy machine can slow every batch of one try, as it can the
+        unseen-work check's), and the middle one by score decides."""
+        tries = []
+        for attempt in range(rounds.BARE_TRIES):
+            if attempt:
+                time.sleep(rounds.BARE_PAUSE_S)
+            others = rounds.OthersShare([self.worker_pid, self.process.pid])
+            control, bare = self._bare(sides, kept)
+            tries.append(replace(kept, control=control, bare=bare, bare_others=others.share()))
+            self._log(tries[-1], first=not attempt)
+            if attempt == 0 and tries[0].score() <= rounds.CLEAR_SCORE:
+                break
+        middle = sorted(tries, key=Sampling.score)[len(tries) // 2]
+        kept.control, kept.bare, kept.bare_others = middle.control, middle.bare, middle.bare_others
+        return kept.confirmed() is None
 
     def _bare(
         self, sides: dict[str, RemoteSide], kept: Sampling
-    ) -> tuple[tuple[int, float], tuple[int, float], float]:
+    ) -> tuple[tuple[int, float], tuple[int, float]]:
         """Each side's calls back to back, bare (no fresh inputs, checks or flushes), then a
         wait for the device, the parent's clock around them: (calls, microseconds) of the
         reference's and of the solution's, the least of rounds.BARE_BATCHES batches each (the
-        one least preempted on a busy machine), the two sides' batches taken in turn; and the
-        processor time of the solution's least batch."""
+        one least preempted on a busy machine), the two sides' batches taken in turn."""
         counts = {
             "reference": rounds.bare_count(rounds.per_call_us(kept.reference)),
             "solution": rounds.bare_count(rounds.per_call_us(kept.solution)),
         }
-        walls: dict[str, list[tuple[float, float]]] = {"reference": [], "solution": []}
+        walls: dict[str, list[float]] = {"reference": [], "solution": []}
         for _ in range(rounds.BARE_BATCHES):
             for name, side in sides.items():
-                wall_us = side.ask(directed.Bare(counts[name]), "bare batch")[1]
-                walls[name].append((wall_us, side.cpu_us))
-        least = {name: min(walls[name]) for name in sides}
-        reference, solution = least["reference"], least["solution"]
-        return (counts["reference"], reference[0]), (counts["solution"], solution[0]), solution[1]
+                walls[name].append(side.ask(directed.Bare(counts[name]), "bare batch")[1])
+        least = {name: (counts[name], min(walls[name])) for name in sides}
+        return least["reference"], least["solution"]
 
-    def _log(self, kept: Sampling) -> None:
-        """A line on the sampling in the referee's log: what the parent's clock saw."""
+    def _log(self, kept: Sampling, first: bool) -> None:
+        """A line on a try of the sampling in the referee's log: what the parent's clock saw
+        (`first`: the sampling's first try, with a line on its segments)."""
         segments = sum(1 for s in kept.segments if s.side == "solution")
         line = (
             f"parent: {kept.spec.bench} {kept.spec.kind} {kept.spec.timer}: {segments} segments, "
             f"bare {kept.bare}, ratio {kept.ratio()}, the reference's {kept.control}, "
-            f"ratio {kept.control_ratio()}, processor time {kept.bare_cpu_us} us on "
-            f"{kept.cores} processor(s)\n"
+            f"ratio {kept.control_ratio()}, allowed {kept.allowance()}, score {kept.score()}; "
+            f"others' share of the processors {kept.bare_others} then, {kept.others_share} "
+            "while sampling\n"
         )
-        each = " ".join(
-            f"{s.side[0]}{s.count}:{s.wall_us:.0f}/{s.claimed_us:.0f}" for s in kept.segments
-        )
+        if first:
+            each = " ".join(
+                f"{s.side[0]}{s.count}:{s.wall_us:.0f}/{s.claimed_us:.0f}" for s in kept.segments
+            )
+            line += f"parent: segments (side count: wall/claimed us): {each}\n"
         with contextlib.suppress(OSError), open(self._log_path(), "a", encoding="utf-8") as log:
-            log.write(line + f"parent: segments (side count: wall/claimed us): {each}\n")
+            log.write(line)
 
     def _log_path(self) -> str:
         return str(Path(self.job.log_path).with_suffix(".referee.log"))

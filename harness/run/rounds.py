@@ -5,9 +5,10 @@ solution's. `DirectedTimer` is a Timer of harness.measure.timing whose calls are
 each chunk of rounds goes to the two processes as one segment each, in the order the rounds
 turn, both with the same sleep before each call, the worker stopped while the referee times;
 the parent's clock spans every segment. After a sampling, each side makes bare batches of its
-calls back to back (`Sampling.confirmed`): the parent's clock, less the time the side waited
-in the run queue, must bear out the time per call the worker reported, as far as the
-reference's own batch shows what the machine's load does now.
+calls back to back, the two sides in turn (`Sampling.confirmed`): the parent's clock, less the
+time the side waited in the run queue, must bear out the time per call the worker reported,
+measured against what the reference's own batches show of its reported time, taken in the
+same rounds.
 """
 
 from __future__ import annotations
@@ -37,16 +38,17 @@ OTHERS_IGNORED = 0.05  # a share of the processors other processes took that wid
 # (docs/timing.md, "Run to run on a CPU": about two standard deviations of 41 runs' speedups)
 CPU_RUN_SPREAD = 0.3
 OTHERS_MAX = 0.9  # the most a CPU row's interval is widened for (by 1 / (1 - 0.9) = 10x)
-# A bare batch may take this many times the reported time per call, by where it ran (a CPU's
-# batches of multithreaded calls wander more under load than a GPU's) ...
-LIE_FACTORS = {"cpu": 4.0, "cuda": 1.5}
-LOAD_STRETCH_MAX = 4.0  # on a CPU, the most other processes' load widens LIE_FACTORS by
+# A bare batch may take this many times the reported time per call, by where it ran, times
+# what the reference's batch took over its own reported time (Sampling.allowance) ...
+LIE_FACTORS = {"cpu": 7.0, "cuda": 1.5}
 BARE_SLACK_US = 2000.0  # ... plus this (a message each way, the process's wake-up)
 BARE_US = 20_000.0  # a bare batch makes about this much of reported time in calls ...
 BARE_MAX_CALLS = 10_000  # ... and at most this many
-BARE_BATCHES = 3  # bare batches a side makes in a try; the least counts
-BARE_TRIES = 3  # tries of them, the second only where the first was not borne out ...
-BARE_PAUSE_S = 1.0  # ... after this pause
+BARE_BATCHES = 5  # bare batches a side makes in a try; the least counts
+BARE_TRIES = 3  # tries of them, each after a pause, where the first scores over CLEAR_SCORE
+BARE_PAUSE_S = 1.0
+CLEAR_SCORE = 0.5  # a first try within this share of its bound decides alone
+SAMPLINGS = 2  # samplings of a benchmark, the second where the first was not borne out
 REFEREE_START_S = 120.0  # the referee's start (imports, CUDA) and each of its answers, at most
 
 
@@ -84,10 +86,6 @@ class Sampling:
     segments: list[Segment] = field(default_factory=list)
     bare: tuple[int, float] | None = None
     control: tuple[int, float] | None = None  # the reference's bare batch, at the referee
-    # On a CPU: the processor time the solution's least bare batch took (microseconds), and
-    # how many processors its worker may use
-    bare_cpu_us: float | None = None
-    cores: int = 1
     others_share: float | None = None  # of the processors, other processes' while it sampled
     bare_others: float | None = None  # ... and while the bare batches ran (on a CPU)
 
@@ -96,22 +94,10 @@ class Sampling:
         time per call."""
         return _ratio(self.bare, per_call_us(self.solution))
 
-    def control_ratio(self) -> float:
+    def control_ratio(self) -> float | None:
         """The same ratio of the reference's bare batch, whose times are the referee's: what
-        the machine's load and a warm cache do to such a batch now (1 at least)."""
-        return max(1.0, _ratio(self.control, per_call_us(self.reference)) or 1.0)
-
-    def _busy_machine(self) -> bool:
-        """On a CPU, whether the processor time of the solution's bare batch bears out its
-        report where the wall clock did not: a machine busy with other work stretches a batch's
-        wall time, not its processor time. Its threads may run on every processor it may use,
-        so the batch's processor time may be `lie_factor` times the reported time on each."""
-        if self.spec.device != "cpu" or self.bare is None or self.bare_cpu_us is None:
-            return False
-        count = self.bare[0]
-        claimed = per_call_us(self.solution)
-        allowed = self.lie_factor() * self.cores * count * claimed + BARE_SLACK_US
-        return self.bare_cpu_us <= allowed
+        bare calls and the machine's load now do to a batch of reported calls."""
+        return _ratio(self.control, per_call_us(self.reference))
 
     def speedup(self) -> Interval:
         """The kept samples' paired speedup. On a CPU its interval also holds across the
@@ -132,40 +118,44 @@ class Sampling:
         low = min(blocked.low * (1 - others), value / (1 + CPU_RUN_SPREAD))
         return Interval(value, low, max(blocked.high / (1 - others), value * (1 + CPU_RUN_SPREAD)))
 
-    def lie_factor(self) -> float:
-        """How many times its reported time a bare batch may take where it ran (LIE_FACTORS)."""
-        return LIE_FACTORS["cpu" if self.spec.device == "cpu" else "cuda"]
+    def allowance(self) -> float:
+        """How many times its reported time per call the solution's bare batch may take per
+        call: LIE_FACTORS by device, times the reference's `control_ratio`. On a GPU the
+        reference's ratio widens the bound where it is over 1 (the load now). On a CPU it
+        scales the bound, up to 1: bare calls there run warmer than timed ones, and a sampling
+        that other processes stretched stretched both sides' reports alike (their rounds
+        alternate), which the reference's batch, its times the referee's, shows, so a report
+        that load inflated earns no more room than the reference's."""
+        control = self.control_ratio()
+        control = 1.0 if control is None else control
+        if self.spec.device == "cpu":
+            return LIE_FACTORS["cpu"] * min(control, 1.0)
+        return LIE_FACTORS["cuda"] * max(control, 1.0)
+
+    def score(self) -> float:
+        """The solution's bare batch's time over the most it may take: `allowance` times its
+        reported time per call, plus BARE_SLACK_US (0 without a batch; over 1: not borne out)."""
+        if self.bare is None:
+            return 0.0
+        count, wall_us = self.bare
+        return wall_us / (self.allowance() * count * per_call_us(self.solution) + BARE_SLACK_US)
 
     def confirmed(self) -> str | None:
-        """None when the parent's clock bears out the solution's reported time, else why not:
-        its bare batch may take `lie_factor` times its reported time, times what the reference's
-        batch took over its own (the load), plus BARE_SLACK_US."""
-        if self.bare is None:
+        """None when the parent's clock bears out the solution's reported time (`score` 1 at
+        most), else why not."""
+        if self.bare is None or self.score() <= 1.0:
             return None
         count, wall_us = self.bare
         claimed = per_call_us(self.solution)
-        allowed = self.lie_factor() * self.load() * count * claimed + BARE_SLACK_US
-        if wall_us <= allowed or self._busy_machine():
-            return None
         busy = f", others {self.bare_others:.0%} of the processors" if self.bare_others else ""
+        control = self.control_ratio()
+        against = "" if control is None else f"; the reference's batch {control:.2f}x its own"
         return (
             f"benchmark {self.spec.bench!r} ({self.spec.kind}): {count} of its calls back to back "
             f"took {wall_us / count:.4g} us each by the harness's clock, outside its process, "
-            f"against the {claimed:.4g} us it reported ({self.ratio():.1f}x; the reference's "
-            f"batch {self.control_ratio():.2f}x its own{busy}): its report is not its own"
+            f"against the {claimed:.4g} us it reported ({self.ratio():.1f}x{against}{busy}): "
+            "its report is not its own"
         )
-
-    def load(self) -> float:
-        """How much the machine may have stretched the bare batch: the reference's batch's
-        ratio (`control_ratio`), or on a CPU, where other processes took a share s of the
-        processors while the batches ran, 1 / (1 - s) where that is more, LOAD_STRETCH_MAX at
-        most (a report twenty times too fast stays caught; the run's own processes, a
-        solution's among them, are not others)."""
-        share = self.bare_others or 0.0
-        if self.spec.device != "cpu" or share < OTHERS_IGNORED:
-            return self.control_ratio()
-        stretch = min(1 / max(1 - share, 1e-9), LOAD_STRETCH_MAX)
-        return max(self.control_ratio(), stretch)
 
 
 def per_call_us(measured: Measurement) -> float:
@@ -203,7 +193,6 @@ class RemoteSide:
         self.receive = receive
         self.paused = paused  # stops the worker while this side times, and lets it go after
         self.pid = pid  # the side's process, whose time in the run queue the clock leaves out
-        self.cpu_us = 0.0  # the processor time its threads took during the last request
 
     def __call__(self) -> object:  # timing.sample's calls are run by DirectedTimer alone
         raise TypeError("a remote side is timed by DirectedTimer")
@@ -222,13 +211,14 @@ class RemoteSide:
         if self.paused is not None:
             self.paused(True)
         try:
-            queued, spent = run_queue_ns(self.pid), cpu_ns(self.pid)
+            queued = run_queue_ns(self.pid)
             begin = time.perf_counter()
             self.send(request)
             answer = self.receive(REFEREE_START_S)
             wall_us = (time.perf_counter() - begin) * 1e6
-            wall_us -= (run_queue_ns(self.pid) - queued) / 1e3
-            self.cpu_us = (cpu_ns(self.pid) - spent) / 1e3
+            # the kernel counts a wait when it ends: one that began before `begin` can make
+            # the difference exceed the wall time, which stays 0 at least
+            wall_us = max(wall_us - (run_queue_ns(self.pid) - queued) / 1e3, 0.0)
         finally:
             if self.paused is not None:
                 self.paused(False)
@@ -268,14 +258,6 @@ def cpu_ns(pid: int | None) -> int:
         except (OSError, IndexError, ValueError):
             continue
     return total
-
-
-def cores_of(pid: int | None) -> int:
-    """How many processors process `pid` may run on (its affinity), else this machine's."""
-    try:
-        return len(os.sched_getaffinity(pid or 0))
-    except (OSError, AttributeError):
-        return os.cpu_count() or 1
 
 
 class DirectedTimer:
