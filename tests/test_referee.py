@@ -272,6 +272,14 @@ def test_the_middle_of_three_bare_tries_decides_unless_the_first_is_clear(
     assert (tmp_path / "job.referee.log").read_text().count("parent: b forward") == made
 
 
+def test_on_a_gpu_a_first_try_borne_out_decides(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    judge, tried = scripted_judge(tmp_path, monkeypatch, [0.7, 9.0, 9.0])
+    assert judge._borne_out({}, kept(100.0, (1, 100.0))) is True  # an honest GPU row's score
+    assert len(tried) == 1
+
+
 def test_the_slack_covers_the_messages_of_a_short_batch() -> None:
     claimed = 0.5  # a report of half a microsecond: the batch is capped, the slack absolute
     count = rounds.bare_count(claimed)

@@ -223,9 +223,9 @@ class Judge:
     def _borne_out(self, sides: dict[str, RemoteSide], kept: Sampling) -> bool:
         """Whether the parent's clock bears out the sampling's reports (`kept` then holds the
         deciding try's batches, and the referee's log says what each try saw): a first try
-        well within its bound decides at once; else rounds.BARE_TRIES tries are made, a
-        pause before each (a busy machine can slow every batch of one try, as it can the
-        unseen-work check's), and the middle one by score decides."""
+        clear of its bound (Sampling.clear) decides at once; else rounds.BARE_TRIES tries are
+        made, a pause before each (a busy machine can slow every batch of one try, as it can
+        the unseen-work check's), and the middle one by score decides."""
         tries = []
         for attempt in range(rounds.BARE_TRIES):
             if attempt:
@@ -234,7 +234,7 @@ class Judge:
             control, bare = self._bare(sides, kept)
             tries.append(replace(kept, control=control, bare=bare, bare_others=others.share()))
             self._log(tries[-1], first=not attempt)
-            if attempt == 0 and tries[0].score() <= rounds.CLEAR_SCORE:
+            if attempt == 0 and tries[0].clear():
                 break
         middle = sorted(tries, key=Sampling.score)[len(tries) // 2]
         kept.control, kept.bare, kept.bare_others = middle.control, middle.bare, middle.bare_others

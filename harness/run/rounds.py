@@ -45,9 +45,11 @@ BARE_SLACK_US = 2000.0  # ... plus this (a message each way, the process's wake-
 BARE_US = 20_000.0  # a bare batch makes about this much of reported time in calls ...
 BARE_MAX_CALLS = 10_000  # ... and at most this many
 BARE_BATCHES = 5  # bare batches a side makes in a try; the least counts
-BARE_TRIES = 3  # tries of them, each after a pause, where the first scores over CLEAR_SCORE
+BARE_TRIES = 3  # tries of them, each after a pause, where the first scores over CLEAR_SCORES
 BARE_PAUSE_S = 1.0
-CLEAR_SCORE = 0.5  # a first try within this share of its bound decides alone
+# A first try within this share of its bound decides alone: on a GPU any try borne out (its
+# honest rows score about 0.65 there), on a CPU, whose load makes single tries wander, half
+CLEAR_SCORES = {"cpu": 0.5, "cuda": 1.0}
 SAMPLINGS = 2  # samplings of a benchmark, the second where the first was not borne out
 REFEREE_START_S = 120.0  # the referee's start (imports, CUDA) and each of its answers, at most
 
@@ -131,6 +133,10 @@ class Sampling:
         if self.spec.device == "cpu":
             return LIE_FACTORS["cpu"] * min(control, 1.0)
         return LIE_FACTORS["cuda"] * max(control, 1.0)
+
+    def clear(self) -> bool:
+        """Whether its `score` is low enough for one try to decide (CLEAR_SCORES)."""
+        return self.score() <= CLEAR_SCORES["cpu" if self.spec.device == "cpu" else "cuda"]
 
     def score(self) -> float:
         """The solution's bare batch's time over the most it may take: `allowance` times its
